@@ -1,0 +1,164 @@
+"""Every error statemachine_wf raises, rooted at :class:`WorkflowError`.
+
+The tree::
+
+    WorkflowError
+    ├── DefinitionError            a workflow class or DAG is malformed (import time)
+    ├── InputError                 bad input to start/signal; nothing was written
+    │   ├── UnknownWorkflowType
+    │   └── PayloadTooLarge
+    ├── ProgressConflict           a set-once progress field was set again with another value
+    ├── UndeclaredTransition       an action returned a target its step does not declare
+    ├── NotFound                   no instance with that id
+    ├── InvalidState               the operation does not apply in the instance's status
+    ├── ConcurrencyConflict        a CAS lost: somebody else decided first
+    ├── LeaseLost                  this runner no longer holds the task it is working on
+    ├── StoreError                 the database failed (driver error wrapped)
+    │   └── MigrationError
+    └── StepFailure                raised *by actions* to classify a failure explicitly
+        ├── Retry                  retry with backoff (the retry policy decides when to give up)
+        ├── Stall                  wait for an external condition, auto-retry later
+        └── Fail                   terminal: FAILED, manual intervention needed
+
+Adapters root their own errors here too (``adapters.ethereum.errors.ChainError`` is a
+``WorkflowError``), so ``except WorkflowError`` catches everything the SDK raises.
+Each class docstring is its default message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class WorkflowError(Exception):
+    """A statemachine_wf error."""
+
+    def __init__(self, message: str | None = None, **attrs: Any) -> None:
+        self.message = message or (type(self).__doc__ or type(self).__name__).strip()
+        for key, value in attrs.items():
+            setattr(self, key, value)
+        super().__init__(self.message)
+
+
+class DefinitionError(WorkflowError):
+    """The workflow definition is invalid."""
+
+    def __init__(self, name: str, problems: list[str]) -> None:
+        self.name = name
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{name} has {len(self.problems)} problem(s):\n{lines}")
+
+
+class InputError(WorkflowError):
+    """The input is invalid; nothing was written."""
+
+
+class UnknownWorkflowType(InputError):
+    """No workflow of that type is registered."""
+
+    def __init__(self, type_name: str, known: list[str] | None = None) -> None:
+        self.type_name = type_name
+        hint = f" (known: {', '.join(sorted(known))})" if known else ""
+        super().__init__(f"unknown workflow type {type_name!r}{hint}")
+
+
+class PayloadTooLarge(InputError):
+    """The payload is larger than the limit."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"{what} is {size} bytes; the limit is {limit} bytes")
+
+
+class ProgressConflict(WorkflowError):
+    """A set-once progress field was set again with another value."""
+
+    def __init__(self, field: str, old: Any, new: Any) -> None:
+        self.field = field
+        super().__init__(
+            f"progress field {field!r} is already set to {old!r}; refusing to change it to {new!r}"
+        )
+
+
+class UndeclaredTransition(WorkflowError):
+    """An action returned a transition its step does not declare."""
+
+    def __init__(self, step: str, target: object, allowed: list[str]) -> None:
+        self.step = step
+        self.target = target
+        self.allowed = allowed
+        super().__init__(f"step {step!r} returned {target!r}; it declares only {sorted(allowed)}")
+
+
+class NotFound(WorkflowError):
+    """No such workflow instance."""
+
+
+class InvalidState(WorkflowError):
+    """The operation does not apply to the instance in its current status."""
+
+
+class ConcurrencyConflict(WorkflowError):
+    """Somebody else changed the instance first (the version check failed)."""
+
+    def __init__(self, instance_id: str, expected: int, actual: int | None = None) -> None:
+        self.instance_id = instance_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"instance {instance_id} is no longer at version {expected}"
+            + (f" (now {actual})" if actual is not None else "")
+        )
+
+
+class LeaseLost(WorkflowError):
+    """This runner no longer holds the task; another runner owns it now."""
+
+
+class StoreError(WorkflowError):
+    """The store failed."""
+
+
+class MigrationError(StoreError):
+    """The database schema could not be migrated."""
+
+
+class StepFailure(WorkflowError):
+    """Base of the exceptions an action raises to classify its own failure.
+
+    Attributes:
+        code: a short machine-readable code stored with the error.
+    """
+
+    code = "step_failure"
+
+    def __init__(self, message: str | None = None, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class Retry(StepFailure):
+    """A transient failure: try the step again after a backoff."""
+
+    code = "retry"
+
+
+class Stall(StepFailure):
+    """An external condition is missing: the instance is STALLED and retried later."""
+
+    code = "stalled"
+
+    def __init__(
+        self, message: str | None = None, *, code: str | None = None, retry_in: float | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.retry_in = retry_in
+
+
+class Fail(StepFailure):
+    """A terminal failure: the instance is FAILED and needs manual intervention."""
+
+    code = "failed"
