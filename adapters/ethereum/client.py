@@ -255,10 +255,13 @@ class EthereumClient:
         ``gas_margin``, ``fees``).
 
         Raises:
+            InputError: The arguments do not fit the function's ABI.
             Reverted: Estimation shows the call reverts (unless ``gas`` is fixed).
         """
-        with chain_errors():
+        try:
             data = contract.encode_abi(fn, args=list(args))
+        except Exception as exc:  # local ABI validation: bad input, not a chain failure
+            raise InputError(f"cannot encode {fn}{tuple(args)!r}: {exc}") from exc
         return self.build_transaction(sender=sender, to=contract.address, data=data, **options)
 
     def bump_fees(self, tx: Mapping[str, Any], *, factor: float = 1.125) -> dict[str, Any]:

@@ -270,6 +270,8 @@ def classify(exc: BaseException) -> ChainError:
         if reason is None or reason.startswith("0x"):
             reason = _reason_from_message(str(exc.message or "")) or reason
         return Reverted(reason, data=data)
+    if _is_transport_error(exc):  # first: RequestTimedOut is also a Web3RPCError
+        return RpcUnavailable(f"RPC unavailable: {type(exc).__name__}: {exc}")
     if isinstance(exc, w3exc.Web3RPCError):
         message, code, data = _rpc_error(exc)
         found = _from_message(message, code) or ChainError(message or type(exc).__name__)
@@ -277,8 +279,6 @@ def classify(exc: BaseException) -> ChainError:
             # geth-style nodes put the revert payload in error.data, not in the message.
             return Reverted(decode_revert_data(data) or found.reason, data=data)
         return found
-    if _is_transport_error(exc):
-        return RpcUnavailable(f"RPC unavailable: {type(exc).__name__}: {exc}")
     # py-evm / eth-tester (imported by name: eth-tester is a test-only dependency).
     name = f"{type(exc).__module__}.{type(exc).__name__}"
     message = str(exc.args[0]) if exc.args else str(exc)

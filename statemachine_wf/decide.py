@@ -1,0 +1,260 @@
+"""Decisions: given the spec, the projection and what just happened, what to write.
+
+Pure functions. Each returns a :class:`Decision` — the events to append, the projection
+they produce, and what happens to the instance's task — which a store applies in one
+version-checked commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from .context import Reconciliation
+from .errors import Fail, InputError, ProgressConflict, Retry, Stall, StepFailure
+from .events import Ev, NewEvent
+from .fold import Projection, apply_all
+from .progress import merge_progress
+from .workflow import COMPLETED, ErrorClass, WorkflowSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """Keep the lease and run ``node`` (its STEP_STARTED is among the events)."""
+
+    node: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reschedule:
+    """Release the lease; the task is due again after ``delay`` seconds."""
+
+    node: str
+    delay: float
+    failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The instance is terminal: its task goes."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeepTask:
+    """No change to the task (a progress save, a cancel request)."""
+
+
+TaskOp = Continue | Reschedule | Finish | KeepTask
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    events: tuple[NewEvent, ...]
+    state: Projection
+    task: TaskOp
+
+
+def _decide(state: Projection, events: list[NewEvent], task: TaskOp) -> Decision:
+    return Decision(tuple(events), apply_all(state, events), task)
+
+
+def start(state: Projection, step: str) -> Decision:
+    """Write the intent of the next attempt of ``step``."""
+    attempt = state.next_attempt(step)
+    return _decide(state, [NewEvent(Ev.STEP_STARTED, step, attempt)], Continue(step, attempt))
+
+
+def _moved_on(
+    state: Projection, events: list[NewEvent], target: str, *, hold: bool = True
+) -> Decision:
+    """After events that leave the instance at ``target``: start it, cancel, or finish.
+
+    With ``hold`` (the common case) the next step's intent is written in the same commit
+    and the runner keeps its lease; without it (the runner is stopping) the step is
+    handed back, due at once, with no intent written.
+    """
+    after = apply_all(state, events)
+    if target == COMPLETED:
+        return _decide(state, [*events, NewEvent(Ev.COMPLETED)], Finish())
+    if after.cancel_requested:
+        return _decide(state, [*events, NewEvent(Ev.CANCELLED)], Finish())
+    if not hold:
+        return _decide(state, events, Reschedule(target, 0.0, 0))
+    attempt = after.next_attempt(target)
+    return _decide(
+        state, [*events, NewEvent(Ev.STEP_STARTED, target, attempt)], Continue(target, attempt)
+    )
+
+
+def success(
+    spec: WorkflowSpec,
+    state: Projection,
+    step: str,
+    attempt: int,
+    result: object,
+    staged: Mapping[str, Any],
+    *,
+    hold: bool = True,
+) -> Decision:
+    """The action of ``step`` returned ``result`` having staged ``staged`` progress."""
+    targets = spec.step(step).targets
+    target = result
+    if target is None and len(targets) == 1:
+        target = next(iter(targets))
+    if not isinstance(target, str) or target not in targets:
+        allowed = sorted(targets)
+        return failure(
+            spec,
+            state,
+            step,
+            attempt,
+            Fail,
+            Fail(
+                f"step {step!r} returned {result!r}; it declares only {allowed}",
+                code="undeclared_transition",
+            ),
+            failures=0,
+        )
+    try:
+        merged = merge_progress(spec.progress_model, state.progress, staged)
+    except (ProgressConflict, InputError, ValidationError) as exc:
+        return failure(
+            spec, state, step, attempt, Fail, Fail(str(exc), code="progress_conflict"), 0
+        )
+    delta = {k: merged[k] for k in staged}
+    completed = NewEvent(Ev.STEP_COMPLETED, step, attempt, {"progress": delta, "to": target})
+    return _moved_on(state, [completed], target, hold=hold)
+
+
+def error_info(step: str, exc: BaseException, cls: ErrorClass) -> dict[str, Any]:
+    """The error record kept on the event and, for STALLED/FAILED, on the instance."""
+    code = exc.code if isinstance(exc, StepFailure) else type(exc).__name__
+    return {
+        "step": step,
+        "code": code,
+        "message": str(exc) or type(exc).__name__,
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "recoverable": cls is not Fail,
+    }
+
+
+def failure(
+    spec: WorkflowSpec,
+    state: Projection,
+    step: str,
+    attempt: int,
+    cls: ErrorClass,
+    exc: BaseException,
+    failures: int,
+) -> Decision:
+    """The action of ``step`` failed with ``exc``, classified as ``cls``.
+
+    ``failures`` is the count of consecutive failures of this step before this one.
+    """
+    policy = spec.step(step).retry
+    info = error_info(step, exc, cls)
+    if cls is Retry:
+        failures += 1
+        if policy.exhausted(failures):
+            outcome = policy.on_exhausted
+            info["message"] = f"retries exhausted after {failures} failures: {info['message']}"
+            info["recoverable"] = outcome == "stall"
+        else:
+            outcome = "retry"
+    elif cls is Stall:
+        outcome = "stall"
+    else:
+        outcome = "fail"
+    if outcome == "retry":
+        delay = policy.delay(failures)
+        task: TaskOp = Reschedule(step, delay, failures)
+    elif outcome == "stall":
+        retry_in = getattr(exc, "retry_in", None)
+        delay = float(retry_in) if retry_in is not None else policy.stall_retry_after
+        task = Reschedule(step, delay, 0)
+    else:
+        delay = 0.0
+        task = Finish()
+    payload = {"outcome": outcome, "retry_in": round(delay, 3), "failures": failures}
+    return _decide(state, [NewEvent(Ev.STEP_FAILED, step, attempt, payload, info)], task)
+
+
+def reconciled(
+    spec: WorkflowSpec,
+    state: Projection,
+    step: str,
+    attempt: int,
+    rec: Reconciliation,
+    *,
+    in_doubt: bool,
+) -> Decision:
+    """A reconcile hook returned ``rec`` for ``step`` (attempt ``attempt``)."""
+    if rec.decision == "goto" and rec.to not in spec.steps:
+        return failure(
+            spec,
+            state,
+            step,
+            attempt,
+            Fail,
+            Fail(f"reconcile chose unknown step {rec.to!r}", code="undeclared_transition"),
+            0,
+        )
+    try:
+        merged = merge_progress(spec.progress_model, state.progress, rec.progress)
+    except (ProgressConflict, InputError, ValidationError) as exc:
+        return failure(
+            spec, state, step, attempt, Fail, Fail(str(exc), code="progress_conflict"), 0
+        )
+    delta = {k: merged[k] for k in rec.progress}
+    payload: dict[str, Any] = {
+        "decision": rec.decision,
+        "evidence": dict(rec.evidence),
+        "progress": delta,
+        "in_doubt": in_doubt,
+    }
+    if rec.to is not None:
+        payload["to"] = rec.to
+    event = NewEvent(Ev.RECONCILED, step, attempt, payload)
+    if rec.decision == "goto":
+        assert rec.to is not None
+        return _moved_on(state, [event], rec.to)
+    if rec.decision == "complete":
+        return _moved_on(state, [event], COMPLETED)
+    return _moved_on(state, [event], step)
+
+
+def saved(state: Projection, step: str, attempt: int, delta: Mapping[str, Any]) -> Decision:
+    """Progress recorded mid-step (already validated by the context)."""
+    return _decide(
+        state, [NewEvent(Ev.PROGRESS_SET, step, attempt, {"progress": dict(delta)})], KeepTask()
+    )
+
+
+def cancel(state: Projection, *, leased: bool) -> Decision:
+    """Cancel now, or (while a runner holds the task) ask it to stop at the next boundary."""
+    if leased:
+        return _decide(state, [NewEvent(Ev.CANCEL_REQUESTED)], KeepTask())
+    return _decide(state, [NewEvent(Ev.CANCELLED)], Finish())
+
+
+def stop_for_cancel(state: Projection) -> Decision:
+    """A runner found a cancel request at a step boundary."""
+    return _decide(state, [NewEvent(Ev.CANCELLED)], Finish())
+
+
+def resume(state: Projection) -> Decision:
+    """Resume a STALLED instance by hand: its step is due now."""
+    assert state.step is not None
+    return _decide(state, [NewEvent(Ev.RESUMED)], Reschedule(state.step, 0.0, 0))
+
+
+def retry(state: Projection) -> Decision:
+    """Retry a FAILED instance by hand, at the step that failed."""
+    assert state.step is not None
+    return _decide(
+        state, [NewEvent(Ev.RETRIED, payload={"step": state.step})], Reschedule(state.step, 0.0, 0)
+    )

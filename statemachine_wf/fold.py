@@ -1,0 +1,128 @@
+"""The fold: an instance's projection is its events applied in ``seq`` order.
+
+Every write the runtime makes computes the new projection with :func:`apply` from the
+events it appends, so the stored row and the fold of the log agree by construction;
+:func:`fold` recomputes it from scratch for ``verify`` and ``rebuild``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .events import Ev, EventRecord, NewEvent, Status
+from .workflow import COMPLETED
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """The part of an instance row that is derived from its log."""
+
+    status: Status = Status.PENDING
+    step: str | None = None
+    step_attempts: int = 0
+    in_flight: bool = False
+    progress: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    cancel_requested: bool = False
+    attempts: dict[str, int] = field(default_factory=dict)
+    """The last attempt number used for each step; numbers never repeat within a run."""
+
+    def next_attempt(self, step: str) -> int:
+        return self.attempts.get(step, 0) + 1
+
+    def comparable(self) -> dict[str, Any]:
+        """The fields ``verify`` compares with the stored row."""
+        return {
+            "status": str(self.status),
+            "step": self.step,
+            "step_attempts": self.step_attempts,
+            "progress": self.progress,
+            "error": self.error,
+            "cancel_requested": self.cancel_requested,
+            "attempts": self.attempts,
+        }
+
+
+def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
+    """One event applied to a projection. Unknown event types change nothing."""
+    et = event.event_type
+    payload = event.payload
+    if et == Ev.CREATED:
+        return Projection(step=payload.get("initial"))
+    if et == Ev.STEP_STARTED:
+        return replace(
+            state,
+            status=Status.RUNNING,
+            step=event.node,
+            step_attempts=event.attempt or 0,
+            in_flight=True,
+            attempts={**state.attempts, str(event.node): event.attempt or 0},
+        )
+    if et == Ev.PROGRESS_SET:
+        return replace(state, progress={**state.progress, **payload.get("progress", {})})
+    if et == Ev.STEP_COMPLETED:
+        progress = {**state.progress, **payload.get("progress", {})}
+        target = payload.get("to")
+        if target == COMPLETED:
+            return replace(state, in_flight=False, progress=progress, error=None)
+        return replace(
+            state,
+            step=target,
+            step_attempts=state.attempts.get(str(target), 0),
+            in_flight=False,
+            progress=progress,
+            error=None,
+        )
+    if et == Ev.STEP_FAILED:
+        outcome = payload.get("outcome")
+        status = {"stall": Status.STALLED, "fail": Status.FAILED}.get(str(outcome), state.status)
+        return replace(state, status=status, in_flight=False, error=event.error)
+    if et == Ev.RECONCILED:
+        progress = {**state.progress, **payload.get("progress", {})}
+        decision = payload.get("decision")
+        if decision == "goto":
+            return replace(
+                state,
+                status=Status.RUNNING,
+                step=payload.get("to"),
+                step_attempts=state.attempts.get(str(payload.get("to")), 0),
+                in_flight=False,
+                progress=progress,
+                error=None,
+            )
+        if decision == "complete":
+            return replace(state, in_flight=False, progress=progress, error=None)
+        if decision == "rerun":
+            return replace(state, in_flight=False, progress=progress)
+        return replace(state, progress=progress)
+    if et == Ev.COMPLETED:
+        return replace(state, status=Status.COMPLETED, in_flight=False)
+    if et == Ev.CANCEL_REQUESTED:
+        return replace(state, cancel_requested=True)
+    if et == Ev.CANCELLED:
+        return replace(state, status=Status.CANCELLED, in_flight=False)
+    if et == Ev.QUARANTINED:
+        return replace(state, status=Status.STALLED, in_flight=False, error=event.error)
+    if et == Ev.RESUMED:
+        return replace(state, status=Status.RUNNING, error=None)
+    if et == Ev.RETRIED:
+        return replace(
+            state,
+            status=Status.RUNNING,
+            in_flight=False,
+            error=None,
+        )
+    return state
+
+
+def apply_all(state: Projection, events: Iterable[NewEvent | EventRecord]) -> Projection:
+    for event in events:
+        state = apply(state, event)
+    return state
+
+
+def fold(events: Iterable[EventRecord]) -> Projection:
+    """The projection of an instance, from its whole log."""
+    return apply_all(Projection(), sorted(events, key=lambda e: e.seq))

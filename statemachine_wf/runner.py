@@ -1,0 +1,504 @@
+"""The runner: resume on start-up, claim due work, drive instances step by step.
+
+One runner is one process's worth of workers: ``concurrency`` threads, each with its own
+database connection and its own asyncio loop for ``async def`` actions, so a blocking
+action never stalls the other instances. A heartbeat thread keeps every lease this runner
+holds alive; a dead runner simply stops extending them and its tasks fall due again.
+
+Driving an instance (the step protocol of docs/architecture.md):
+
+1. the claim commits the lease and the next attempt's ``STEP_STARTED`` together;
+2. a step that was in flight when its last runner vanished is *in doubt*: the
+   workflow's reconcile hook decides before anything runs again;
+3. the action runs outside any transaction, possibly saving progress mid-step;
+4. its completion, the progress delta and the next step's intent commit together,
+   version-checked, and the runner goes straight on to that step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from . import decide
+from .context import ReconcileContext, Reconciliation, StepContext
+from .decide import Continue, Decision
+from .errors import ConcurrencyConflict, Fail, LeaseLost, Retry, StepFailure
+from .events import Status
+from .fold import Projection
+from .store import Claim, Commit, InstanceRecord, Store, matches_prefix
+from .workflow import ErrorClass, StepSpec, Workflow, WorkflowSpec
+
+log = logging.getLogger("statemachine_wf.runner")
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerOptions:
+    """How a runner behaves.
+
+    Attributes:
+        concurrency: instances driven at once (one thread each).
+        lease: seconds a claim lasts without a heartbeat; a dead runner's work is picked
+            up again this long after it died.
+        prefixes: type prefixes this runner takes (``billing.``); empty takes every
+            hosted type.
+        idle_poll: longest sleep with nothing due, a safety net for lost wake-ups.
+        worker_id: a stable id lets a restarted runner take its own leases back at once.
+        reconcile_on_start: run the start-up pass over RUNNING and STALLED instances.
+    """
+
+    concurrency: int = 8
+    lease: float = 30.0
+    prefixes: tuple[str, ...] = ()
+    idle_poll: float = 5.0
+    worker_id: str | None = None
+    reconcile_on_start: bool = True
+
+
+class _Host:
+    """The :class:`~statemachine_wf.context.StepHost` of one running step."""
+
+    def __init__(self, runner: Runner, drive: _Drive) -> None:
+        self._runner = runner
+        self._drive = drive
+        self.valid = True
+
+    def save_progress(self, delta: Mapping[str, Any]) -> None:
+        if not self.valid:
+            raise LeaseLost("this step has timed out or lost its lease; progress not saved")
+        d = self._drive
+        assert d.state.step is not None
+        step, attempt = d.state.step, d.attempt
+        self._runner._commit(d, lambda state: decide.saved(state, step, attempt, delta))
+
+    def heartbeat(self) -> None:
+        self._runner.store.heartbeat(worker=self._runner.worker_id, lease=self._runner.opts.lease)
+
+    def cancel_requested(self) -> bool:
+        record = self._runner.store.get(self._drive.instance.id)
+        return record is not None and record.cancel_requested
+
+
+@dataclass
+class _Drive:
+    """The mutable state of driving one instance (one thread, one lease)."""
+
+    instance: InstanceRecord
+    spec: WorkflowSpec
+    cls: type[Workflow[Any, Any]]
+    version: int
+    state: Projection
+    failures: int
+
+    @property
+    def attempt(self) -> int:
+        assert self.state.step is not None
+        return self.state.attempts.get(self.state.step, 0)
+
+
+class Runner:
+    """Runs hosted workflow types against a store.
+
+    Args:
+        store: where instances, the log and the tasks live.
+        workflows: the workflow classes this runner hosts (several versions may coexist).
+        options: see :class:`RunnerOptions`.
+        dependencies: keyword arguments each workflow object is constructed with
+            (clients, signers, …), so actions reach them through ``self``.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        workflows: Sequence[type[Workflow[Any, Any]]],
+        *,
+        options: RunnerOptions | None = None,
+        dependencies: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.opts = options or RunnerOptions()
+        self.dependencies = dict(dependencies or {})
+        self.worker_id = self.opts.worker_id or (
+            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        )
+        self.classes: dict[str, type[Workflow[Any, Any]]] = {}
+        for cls in workflows:
+            self.classes[cls.spec().workflow_type] = cls
+        self.types = tuple(
+            t
+            for t in sorted(self.classes)
+            if not self.opts.prefixes or any(matches_prefix(t, p) for p in self.opts.prefixes)
+        )
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._startup: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._local = threading.local()
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self._timeouts = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, self.opts.concurrency), thread_name_prefix="swf-timed"
+        )
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the start-up pass, the workers and the heartbeat in background threads."""
+        self.store.migrate()
+        if self.opts.reconcile_on_start:
+            self._queue_startup()
+        for n in range(self.opts.concurrency):
+            t = threading.Thread(target=self._work, name=f"swf-worker-{n}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        hb = threading.Thread(target=self._heartbeat, name="swf-heartbeat", daemon=True)
+        hb.start()
+        self._threads.append(hb)
+        log.info(
+            "runner %s started: %d workers, types %s",
+            self.worker_id,
+            self.opts.concurrency,
+            list(self.types),
+        )
+
+    def stop(self, timeout: float | None = 60.0) -> None:
+        """Stop claiming, let running steps finish, hand back what is not started."""
+        self._stopping.set()
+        self.store.wake()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self._timeouts.shutdown(wait=False, cancel_futures=True)
+        log.info("runner %s stopped", self.worker_id)
+
+    def run(self, *, install_signal_handlers: bool = True) -> None:
+        """Run until SIGTERM/SIGINT (or :meth:`stop` from another thread)."""
+        if install_signal_handlers:
+
+            def _graceful(signum: int, frame: FrameType | None) -> None:
+                log.info("signal %d: stopping gracefully", signum)
+                self._stopping.set()
+
+            signal.signal(signal.SIGTERM, _graceful)
+            signal.signal(signal.SIGINT, _graceful)
+        self.start()
+        while not self._stopping.wait(0.5):
+            pass
+        self.stop()
+
+    def run_until_idle(self, *, timeout: float = 60.0, settle: float = 0.2) -> None:
+        """Run until nothing of the hosted types is due within ``settle`` seconds.
+
+        For scripts, examples and tests; a service uses :meth:`run`.
+        """
+        self.start()
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                due = self.store.next_due(types=self.types)
+                with self._busy_lock:
+                    busy = self._busy
+                if busy == 0 and self._startup.empty() and (due is None or due > settle):
+                    time.sleep(settle)
+                    due = self.store.next_due(types=self.types)
+                    with self._busy_lock:
+                        busy = self._busy
+                    if busy == 0 and (due is None or due > settle):
+                        return
+                time.sleep(0.01)
+            raise TimeoutError(f"work still pending after {timeout} s")
+        finally:
+            self.stop()
+
+    # -- threads ----------------------------------------------------------------------
+    def _queue_startup(self) -> None:
+        hosted = set(self.types)
+        skipped: set[str] = set()
+        for record in self.store.active():
+            if record.type in hosted:
+                self._startup.put(record.id)
+            elif record.type not in skipped:
+                skipped.add(record.type)
+                log.info(
+                    "type %s is not hosted by this runner; its instances are left for one "
+                    "that hosts it",
+                    record.type,
+                )
+
+    def _heartbeat(self) -> None:
+        interval = max(0.05, self.opts.lease / 3)
+        while not self._stopping.wait(interval):
+            try:
+                self.store.heartbeat(worker=self.worker_id, lease=self.opts.lease)
+            except Exception:
+                log.exception("heartbeat failed (will retry)")
+
+    def _work(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                if not self._startup.empty():
+                    try:
+                        instance_id = self._startup.get_nowait()
+                    except queue.Empty:
+                        continue
+                    claim = self.store.claim_instance(
+                        instance_id, worker=self.worker_id, lease=self.opts.lease
+                    )
+                    if claim is not None:
+                        self._run_claim(claim, startup=True)
+                    continue
+                claims = self.store.claim(
+                    worker=self.worker_id, types=self.types, lease=self.opts.lease
+                )
+                if not claims:
+                    due = self.store.next_due(types=self.types)
+                    wait = self.opts.idle_poll if due is None else min(due, self.opts.idle_poll)
+                    if wait > 0:
+                        self.store.wait_for_work(wait)
+                    continue
+                for claim in claims:
+                    self._run_claim(claim, startup=False)
+            except Exception:
+                log.exception("worker loop error (continuing)")
+                self._stopping.wait(0.5)
+        loop = getattr(self._local, "loop", None)
+        if loop is not None:
+            loop.close()
+
+    def _run_claim(self, claim: Claim, *, startup: bool) -> None:
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            self._drive(claim, startup=startup)
+        except LeaseLost as exc:
+            log.warning("instance %s: %s", claim.instance.id, exc)
+        except Exception as exc:
+            log.exception("instance %s: runner error; quarantining", claim.instance.id)
+            self.store.quarantine(
+                claim.instance.id, reason=f"runner error: {exc!r}", worker=self.worker_id
+            )
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+
+    # -- driving one instance ---------------------------------------------------------
+    def _drive(self, claim: Claim, *, startup: bool) -> None:
+        inst = claim.instance
+        cls = self.classes.get(inst.type)
+        if cls is None:  # cannot happen with type-filtered claims; be safe anyway
+            self.store.release(worker=self.worker_id, instance_ids=[inst.id])
+            return
+        spec = cls.spec()
+        d = _Drive(
+            instance=inst,
+            spec=spec,
+            cls=cls,
+            version=inst.version,
+            state=inst.projection(in_flight=claim.task.in_flight),
+            failures=claim.task.failures,
+        )
+        try:
+            input_model = spec.input_model.model_validate(inst.input)
+        except ValidationError as exc:
+            reason = f"stored input does not validate: {exc.errors()[0]['msg']}"
+            self.store.dead_letter(
+                instance_id=inst.id,
+                envelope={"type": inst.type, "input": inst.input},
+                reason=reason,
+                worker=self.worker_id,
+            )
+            assert d.state.step is not None
+            step = d.state.step
+            fail = Fail(reason, code="invalid_input")
+            self._commit(d, lambda s: decide.failure(spec, s, step, d.attempt, Fail, fail, 0))
+            return
+
+        if not claim.started and not self._begin(d, claim, input_model, startup=startup):
+            return
+        while self._run_step(d, input_model):
+            pass
+
+    def _begin(self, d: _Drive, claim: Claim, input_model: BaseModel, *, startup: bool) -> bool:
+        """Decide what a claim that did not start a step means; True to go on driving."""
+        state = d.state
+        spec = d.spec
+        if state.status.terminal:
+            self._commit(d, lambda s: Decision((), s, decide.Finish()))
+            return False
+        if state.cancel_requested:
+            self._commit(d, decide.stop_for_cancel)
+            return False
+        assert state.step is not None
+        in_doubt = claim.task.in_flight
+        if spec.has_reconcile and (in_doubt or startup):
+            reason = "in_doubt" if in_doubt else "startup"
+            self._reconcile(d, input_model, reason=reason, in_doubt=in_doubt)
+        else:
+            step = state.step
+            self._commit(d, lambda s: decide.start(s, step))
+        return self._holding(d)
+
+    def _reconcile(self, d: _Drive, input_model: BaseModel, *, reason: str, in_doubt: bool) -> None:
+        assert d.state.step is not None
+        step, attempt = d.state.step, d.attempt
+        ctx: ReconcileContext[Any, Any] = ReconcileContext(
+            instance_id=d.instance.id,
+            workflow_type=d.spec.workflow_type,
+            step=step,
+            attempt=attempt,
+            input=input_model,
+            progress=d.spec.progress_model.model_validate(d.state.progress),
+            in_doubt=in_doubt,
+            reason=reason,
+        )
+        obj = d.cls(**self.dependencies)
+        hook = getattr(obj, d.cls.__swf_reconcile_method__)  # type: ignore[attr-defined]
+        try:
+            rec = hook(ctx)
+            if asyncio.iscoroutine(rec):
+                rec = self._loop().run_until_complete(rec)
+            if rec is None:
+                rec = ReconcileContext.unchanged()
+            if not isinstance(rec, Reconciliation):
+                raise Fail(
+                    f"reconcile returned {rec!r}, not a Reconciliation", code="bad_reconcile"
+                )
+        except Exception as exc:
+            cls = d.spec.step(step).classify(exc)
+            log.warning("instance %s: reconcile of %s raised %r", d.instance.id, step, exc)
+            self._commit(
+                d, lambda s, e=exc: decide.failure(d.spec, s, step, attempt, cls, e, d.failures)
+            )
+            return
+        log.info(
+            "instance %s: reconciled %s (%s): %s %s",
+            d.instance.id,
+            step,
+            reason,
+            rec.decision,
+            dict(rec.evidence),
+        )
+        self._commit(
+            d, lambda s: decide.reconciled(d.spec, s, step, attempt, rec, in_doubt=in_doubt)
+        )
+
+    def _run_step(self, d: _Drive, input_model: BaseModel) -> bool:
+        """Run the current step's action and commit its outcome; True to run the next."""
+        assert d.state.step is not None
+        step = d.state.step
+        attempt = d.attempt
+        sspec = d.spec.step(step)
+        host = _Host(self, d)
+        ctx: StepContext[Any, Any] = StepContext(
+            instance_id=d.instance.id,
+            workflow_type=d.spec.workflow_type,
+            step=step,
+            attempt=attempt,
+            input=input_model,
+            progress=d.state.progress,
+            progress_model=d.spec.progress_model,
+            host=host,
+            reason="new" if attempt == 1 else "retry",
+        )
+        obj = d.cls(**self.dependencies)
+        action = getattr(obj, sspec.method)
+        try:
+            result = self._call(action, ctx, sspec)
+        except LeaseLost:
+            raise
+        except concurrent.futures.TimeoutError:
+            # The action may still be running in its thread; it can no longer save.
+            host.valid = False
+            timeout = Retry(f"step {step!r} timed out after {sspec.timeout} s", code="timeout")
+            if d.spec.has_reconcile:
+                self._reconcile(d, input_model, reason="timeout", in_doubt=True)
+                return self._holding(d)
+            self._commit(
+                d,
+                lambda s: decide.failure(d.spec, s, step, attempt, Retry, timeout, d.failures),
+            )
+            return False
+        except Exception as exc:
+            cls: ErrorClass = sspec.classify(exc)
+            if not isinstance(exc, StepFailure):
+                log.info(
+                    "instance %s: step %s raised %r -> %s", d.instance.id, step, exc, cls.__name__
+                )
+            self._commit(
+                d, lambda s, e=exc: decide.failure(d.spec, s, step, attempt, cls, e, d.failures)
+            )
+            return False
+        staged = ctx.staged
+        hold = not self._stopping.is_set()
+        decision = self._commit(
+            d, lambda s: decide.success(d.spec, s, step, attempt, result, staged, hold=hold)
+        )
+        return isinstance(decision.task, Continue)
+
+    @staticmethod
+    def _holding(d: _Drive) -> bool:
+        """After a reconcile: is a step started and ours to run?"""
+        return d.state.status == Status.RUNNING and d.state.in_flight
+
+    def _call(self, action: Callable[..., Any], ctx: StepContext[Any, Any], sspec: StepSpec) -> Any:
+        if sspec.is_async:
+            coro = action(ctx)
+            if sspec.timeout is not None:
+                try:
+                    return self._loop().run_until_complete(asyncio.wait_for(coro, sspec.timeout))
+                except TimeoutError as exc:
+                    raise concurrent.futures.TimeoutError() from exc
+            return self._loop().run_until_complete(coro)
+        if sspec.timeout is not None:
+            future = self._timeouts.submit(action, ctx)
+            return future.result(timeout=sspec.timeout)
+        return action(ctx)
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
+        if loop is None:
+            loop = asyncio.new_event_loop()
+            self._local.loop = loop
+        return loop
+
+    def _commit(self, d: _Drive, make: Callable[[Projection], Decision]) -> Decision:
+        """Apply ``make(state)``; on a lost CAS re-read and re-decide while we hold the task.
+
+        A lost CAS with our lease intact means an operator changed the instance (a cancel
+        request); with the lease gone, another runner owns it now and we back off.
+        """
+        for _ in range(5):
+            decision = make(d.state)
+            try:
+                d.version = self.store.apply(
+                    Commit(d.instance.id, d.version, decision, self.worker_id, self.opts.lease)
+                )
+            except ConcurrencyConflict:
+                task = self.store.task(d.instance.id)
+                fresh = self.store.get(d.instance.id)
+                if task is None or fresh is None or task.lease_owner != self.worker_id:
+                    raise LeaseLost(
+                        f"instance {d.instance.id} was taken over by another runner"
+                    ) from None
+                d.version = fresh.version
+                d.state = fresh.projection(in_flight=task.in_flight)
+                continue
+            d.state = decision.state
+            if isinstance(decision.task, decide.Reschedule):
+                d.failures = decision.task.failures
+            elif isinstance(decision.task, Continue):
+                d.failures = 0
+            return decision
+        raise LeaseLost(f"instance {d.instance.id} keeps changing under this runner")

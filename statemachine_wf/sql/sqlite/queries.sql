@@ -1,0 +1,94 @@
+-- Named queries for the SQLite store. Parameters are named (:x); nothing is formatted in,
+-- except the number of `type LIKE ?` alternatives in claim filters (a count, not a value).
+
+-- name: insert_instance
+INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
+                          parent_id, created_at, updated_at)
+VALUES (:id, :type, :kind, 'PENDING', :step, :input, :key, :priority, :parent_id, :now, :now);
+
+-- name: insert_event
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+VALUES (:instance_id, :node, :event_type, :attempt, :payload, :error, :worker, :now);
+
+-- name: insert_task
+INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, created_at)
+VALUES (:instance_id, '', :node, :kind, :type, :priority, :due_at, :now);
+
+-- name: instance_by_key
+SELECT id, type FROM wf_instances WHERE idempotency_key = :key;
+
+-- name: get_instance
+SELECT * FROM wf_instances WHERE id = :id;
+
+-- name: get_task
+SELECT * FROM wf_tasks WHERE instance_id = :id AND slot = :slot;
+
+-- name: events
+SELECT * FROM wf_events WHERE instance_id = :id ORDER BY seq;
+
+-- name: update_projection
+UPDATE wf_instances
+SET status = :status, step = :step, step_attempts = :step_attempts, attempts = :attempts,
+    progress = :progress, error = :error, cancel_requested = :cancel_requested,
+    version = version + 1, updated_at = :now
+WHERE id = :id AND version = :version;
+
+-- name: bump_version
+UPDATE wf_instances SET version = version + 1, updated_at = :now
+WHERE id = :id AND version = :version;
+
+-- name: task_continue
+UPDATE wf_tasks
+SET node = :node, attempt = :attempt, in_flight = 1, failures = 0,
+    lease_owner = :worker, due_at = :due_at
+WHERE instance_id = :instance_id AND slot = '';
+
+-- name: task_reschedule
+INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt, in_flight,
+                      failures, lease_owner, created_at)
+SELECT id, '', :node, kind, type, priority, :due_at, :attempt, 0, :failures, NULL, :now
+FROM wf_instances WHERE id = :instance_id
+ON CONFLICT (instance_id, slot) DO UPDATE
+SET node = excluded.node, due_at = excluded.due_at, in_flight = 0,
+    failures = excluded.failures, lease_owner = NULL;
+
+-- name: task_finish
+DELETE FROM wf_tasks WHERE instance_id = :instance_id AND slot = '';
+
+-- name: lease_task
+UPDATE wf_tasks SET lease_owner = :worker, due_at = :due_at WHERE id = :task_id;
+
+-- name: heartbeat
+UPDATE wf_tasks SET due_at = :due_at WHERE lease_owner = :worker AND due_at > :now;
+
+-- name: release
+UPDATE wf_tasks SET lease_owner = NULL, due_at = :now
+WHERE lease_owner = :worker AND instance_id = :instance_id;
+
+-- name: active
+SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;
+
+-- name: dead_letter
+INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
+VALUES (:instance_id, :envelope, :reason, :worker, :now);
+
+-- name: dead_letters
+SELECT * FROM wf_dead_letters ORDER BY id DESC LIMIT :limit;
+
+-- name: rebuild
+UPDATE wf_instances
+SET status = :status, step = :step, step_attempts = :step_attempts, attempts = :attempts,
+    progress = :progress, error = :error, cancel_requested = :cancel_requested,
+    version = version + 1, updated_at = :now
+WHERE id = :id;
+
+-- name: quarantine_instance
+UPDATE wf_instances SET status = 'STALLED', error = :error, version = version + 1, updated_at = :now
+WHERE id = :id;
+
+-- name: quarantine_task
+UPDATE wf_tasks SET lease_owner = NULL, in_flight = 0, due_at = :due_at WHERE instance_id = :instance_id;
+
+-- name: raw_instance
+SELECT id, type, status, step, CAST(input AS TEXT) AS input, CAST(progress AS TEXT) AS progress
+FROM wf_instances WHERE id = :id;

@@ -1,0 +1,220 @@
+"""The ``Store`` port: what the runtime needs from a database, and the records it returns.
+
+Two implementations ship in :mod:`statemachine_wf.stores` (SQLite and PostgreSQL) and
+pass the same contract suite. Every scheduling write goes through :meth:`Store.apply`,
+which appends a :class:`~statemachine_wf.decide.Decision`'s events, writes the projection
+they produce and changes the task, all in one commit gated by the instance's version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .decide import Decision
+from .events import EventRecord, Status
+from .fold import Projection
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    """One row of ``wf_instances``."""
+
+    id: str
+    type: str
+    kind: str
+    status: Status
+    step: str | None
+    step_attempts: int
+    attempts: dict[str, int]
+    version: int
+    input: dict[str, Any]
+    progress: dict[str, Any]
+    error: dict[str, Any] | None
+    cancel_requested: bool
+    idempotency_key: str | None
+    priority: int
+    parent_id: str | None
+    created_at: float
+    updated_at: float
+
+    def projection(self, *, in_flight: bool = False) -> Projection:
+        return Projection(
+            status=self.status,
+            step=self.step,
+            step_attempts=self.step_attempts,
+            in_flight=in_flight,
+            progress=dict(self.progress),
+            error=self.error,
+            cancel_requested=self.cancel_requested,
+            attempts=dict(self.attempts),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """One row of ``wf_tasks``: a runnable unit and its lease."""
+
+    id: int
+    instance_id: str
+    slot: str
+    node: str
+    kind: str
+    type: str
+    priority: int
+    due_at: float
+    attempt: int
+    in_flight: bool
+    failures: int
+    lease_owner: str | None
+    leased: bool = False
+    """A runner holds it right now (owner set and lease not expired, by the store's clock)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A task this runner now holds.
+
+    ``started`` is true when the claim itself appended the next attempt's STEP_STARTED
+    (the common case: claim and intent in one commit). Otherwise the runner must look at
+    the instance and decide: a step in flight is in doubt, a cancel request stops it.
+    """
+
+    task: TaskRecord
+    instance: InstanceRecord
+    started: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NewInstance:
+    """What ``start`` writes: the instance, its WORKFLOW_CREATED event and its task."""
+
+    id: str
+    type: str
+    input: dict[str, Any]
+    initial: str
+    kind: str = "machine"
+    idempotency_key: str | None = None
+    priority: int = 100
+    delay: float = 0.0
+    parent_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A decision to apply, if the instance is still at ``version``."""
+
+    instance_id: str
+    version: int
+    decision: Decision
+    worker: str | None
+    lease: float = 30.0
+
+
+class Store(Protocol):
+    """Persistence of instances, the log and the task queue."""
+
+    dialect: str
+
+    def migrate(self) -> int:
+        """Apply pending migrations; return the schema version."""
+        ...
+
+    def create(self, new: NewInstance) -> tuple[str, bool]:
+        """Insert an instance; with a known idempotency key return ``(existing_id, False)``."""
+        ...
+
+    def get(self, instance_id: str) -> InstanceRecord | None: ...
+
+    def task(self, instance_id: str, slot: str = "") -> TaskRecord | None: ...
+
+    def events(self, instance_id: str) -> list[EventRecord]: ...
+
+    def list(
+        self,
+        *,
+        status: Sequence[Status] | None = None,
+        type_prefix: str | None = None,
+        limit: int = 100,
+    ) -> list[InstanceRecord]: ...
+
+    def claim(
+        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+    ) -> list[Claim]:
+        """Lease up to ``limit`` due tasks of these types (the runner's hosted types).
+
+        Rows that cannot be decoded are quarantined (STALLED, dead-lettered) and skipped.
+        """
+        ...
+
+    def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
+        """Lease this instance's task if nobody else holds it, without starting anything.
+
+        A lease held by ``worker`` itself (a restarted runner with a stable id) is taken over.
+        """
+        ...
+
+    def apply(self, commit: Commit) -> int:
+        """Apply a decision; return the new version.
+
+        Raises:
+            ConcurrencyConflict: the instance is no longer at ``commit.version``.
+        """
+        ...
+
+    def heartbeat(self, *, worker: str, lease: float) -> int:
+        """Extend every lease ``worker`` holds; return how many."""
+        ...
+
+    def release(self, *, worker: str, instance_ids: Sequence[str]) -> None:
+        """Give leases back (shutdown): the tasks are due now, in-flight marks kept."""
+        ...
+
+    def active(self, *, types: Sequence[str] | None = None) -> list[InstanceRecord]:
+        """RUNNING and STALLED instances (of these types), for start-up reconciliation."""
+        ...
+
+    def next_due(self, *, types: Sequence[str]) -> float | None:
+        """Seconds until the next task of these types is due (0 if one is due), or None."""
+        ...
+
+    def wait_for_work(self, timeout: float) -> None:
+        """Block up to ``timeout`` seconds, returning early when work may have arrived."""
+        ...
+
+    def wake(self) -> None:
+        """Return every ``wait_for_work`` of this process now (shutdown, local new work)."""
+        ...
+
+    def dead_letter(
+        self, *, instance_id: str | None, envelope: dict[str, Any], reason: str, worker: str
+    ) -> None: ...
+
+    def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]: ...
+
+    def quarantine(self, instance_id: str, *, reason: str, worker: str) -> None:
+        """Set aside an instance whose row cannot be used: STALLED, dead-lettered, task parked."""
+        ...
+
+    def rebuild(self, instance_id: str, projection: Projection) -> None:
+        """Overwrite the instance's projection (``statemachine-wf rebuild``)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def matches_prefix(type_name: str, prefix: str) -> bool:
+    """Type-prefix routing: ``billing.`` or ``billing.%`` match ``billing.invoice.v1``."""
+    return type_name.startswith(prefix[:-1] if prefix.endswith("%") else prefix)
+
+
+def like_prefix(prefix: str) -> str:
+    """A type prefix as a LIKE pattern: matched literally, except a trailing ``%``.
+
+    ``billing.`` and ``billing.%`` both mean "types starting with billing."; a ``%`` or
+    ``_`` anywhere else is a literal character.
+    """
+    literal = prefix[:-1] if prefix.endswith("%") else prefix
+    escaped = literal.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"

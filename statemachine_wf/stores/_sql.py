@@ -1,0 +1,29 @@
+"""Loading named queries and numbered migrations from the package's ``sql/`` folder."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+_NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def queries(dialect: str) -> dict[str, str]:
+    """The ``-- name: x`` sections of ``sql/<dialect>/queries.sql``, loaded once."""
+    text = resources.files("statemachine_wf").joinpath("sql", dialect, "queries.sql").read_text()
+    parts = _NAME.split(text)
+    return {parts[i]: parts[i + 1].strip().rstrip(";") for i in range(1, len(parts), 2)}
+
+
+@cache
+def migrations(dialect: str) -> list[tuple[int, str]]:
+    """``(number, script)`` for every ``NNN_*.sql`` in ``sql/<dialect>/``, in order."""
+    folder = resources.files("statemachine_wf").joinpath("sql", dialect)
+    found = []
+    for entry in folder.iterdir():
+        match = re.match(r"^(\d{3})_.*\.sql$", entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.read_text()))
+    return sorted(found)
