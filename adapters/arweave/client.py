@@ -162,9 +162,13 @@ class ArweaveClient:
                 f"{what}: not enough funds", status_code=code, body=text, tx_id=tx_id
             )
         if code == 429 or code >= 500:
-            return GatewayUnavailable(f"{what}: gateway error", status_code=code, body=text, tx_id=tx_id)
+            return GatewayUnavailable(
+                f"{what}: gateway error", status_code=code, body=text, tx_id=tx_id
+            )
         if code == 404 and not write:
-            return TransactionNotFound(f"{what}: not found", status_code=code, body=text, tx_id=tx_id)
+            return TransactionNotFound(
+                f"{what}: not found", status_code=code, body=text, tx_id=tx_id
+            )
         if 400 <= code < 500:
             return InvalidTransaction(f"{what}: rejected", status_code=code, body=text, tx_id=tx_id)
         return GatewayUnavailable(
@@ -250,7 +254,9 @@ class ArweaveClient:
         self._check_id(tx_id)
         resp = self._request("GET", f"/tx/{tx_id}")
         if resp.status_code == 202:
-            raise TransactionNotFound("header not served yet (pending)", status_code=202, tx_id=tx_id)
+            raise TransactionNotFound(
+                "header not served yet (pending)", status_code=202, tx_id=tx_id
+            )
         if resp.status_code != 200:
             raise self._error_for(resp, "get tx", tx_id)
         try:

@@ -57,7 +57,8 @@ def find_node_modules() -> Path:
         if (candidate / "arlocal" / "package.json").is_file():
             return candidate
     raise GatewayUnavailable(
-        f"arlocal is not installed: run `npm install` in the repository or set {NODE_MODULES_ENV_VAR}"
+        "arlocal is not installed: run `npm install` in the repository "
+        f"or set {NODE_MODULES_ENV_VAR}"
     )
 
 
@@ -171,7 +172,9 @@ def start_arlocal(
         )
     handle: ArLocalNode | None = None
     try:
-        actual = _wait_for_port(process, stdout_path, stderr_path, time.monotonic() + startup_timeout)
+        actual = _wait_for_port(
+            process, stdout_path, stderr_path, time.monotonic() + startup_timeout
+        )
         handle = ArLocalNode(process, actual, workdir)
         _wait_ready(handle, stderr_path, time.monotonic() + startup_timeout)
     except BaseException:

@@ -119,7 +119,9 @@ class PreparedTx:
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidTransaction(f"not a prepared transaction record: {exc!r}") from None
         if b64url_encode(hashlib.sha256(signature).digest()) != tx_id:
-            raise InvalidTransaction("the record's id is not the hash of its signature", tx_id=tx_id)
+            raise InvalidTransaction(
+                "the record's id is not the hash of its signature", tx_id=tx_id
+            )
         if size != len(data) or b64url_encode(generate_transaction_chunks(data).data_root) != root:
             raise InvalidTransaction(
                 f"the data ({len(data)} bytes) does not match the record's data_root/data_size",

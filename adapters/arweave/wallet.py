@@ -120,7 +120,7 @@ class ArweaveWallet:
         if not value:
             raise WalletError(f"{var} is not set (JWK JSON or the path of a JWK file)")
         # Anything JSON-looking is parsed, never echoed back as a "path" in an error.
-        if value[0] in "{[\"":
+        if value[0] in '{["':
             return cls.from_json(value)
         return cls.from_file(value)
 
@@ -171,7 +171,6 @@ class ArweaveWallet:
     def __reduce__(self) -> NoReturn:
         # A pickled wallet would land in whatever store the caller pickles into.
         raise TypeError("ArweaveWallet holds a private key and cannot be pickled")
-
 
 
 def _describe_path(path: str | os.PathLike[str]) -> str:

@@ -40,7 +40,9 @@ def wallet() -> ArweaveWallet:
 
 
 def client_for(handler: Handler, wallet: ArweaveWallet | None = None, **kw: int) -> ArweaveClient:
-    return ArweaveClient("http://gateway.test", wallet, transport=httpx.MockTransport(handler), **kw)
+    return ArweaveClient(
+        "http://gateway.test", wallet, transport=httpx.MockTransport(handler), **kw
+    )
 
 
 def routes(table: dict[tuple[str, str], httpx.Response], seen: list[str] | None = None) -> Handler:
@@ -92,7 +94,8 @@ def test_error_tree_and_retryability() -> None:
     err = InvalidTransaction("post tx: rejected", status_code=400, body="x" * 1000, tx_id=TX)
     assert (err.status_code, err.tx_id) == (400, TX)
     assert err.body == "x" * 300
-    assert "HTTP 400" in str(err) and TX in str(err)
+    assert "HTTP 400" in str(err)
+    assert TX in str(err)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +108,11 @@ def test_error_tree_and_retryability() -> None:
         (
             httpx.Response(
                 200,
-                json={"block_height": 7, "block_indep_hash": "h" * 64, "number_of_confirmations": 3},
+                json={
+                    "block_height": 7,
+                    "block_indep_hash": "h" * 64,
+                    "number_of_confirmations": 3,
+                },
             ),
             ArStatus("confirmed", confirmations=3, block_height=7, block_hash="h" * 64),
         ),
@@ -118,24 +125,31 @@ def test_status_answers(response: httpx.Response, expected: ArStatus) -> None:
 
 @pytest.mark.parametrize("code", [429, 500, 502, 503])
 def test_status_gateway_errors_are_retryable(code: int) -> None:
-    with client_for(routes({("GET", f"/tx/{TX}/status"): httpx.Response(code)})) as client:
-        with pytest.raises(GatewayUnavailable) as info:
-            client.status(TX)
-    assert info.value.retryable and info.value.status_code == code
+    with (
+        client_for(routes({("GET", f"/tx/{TX}/status"): httpx.Response(code)})) as client,
+        pytest.raises(GatewayUnavailable) as info,
+    ):
+        client.status(TX)
+    assert info.value.retryable
+    assert info.value.status_code == code
 
 
 def test_status_garbage_is_not_taken_for_confirmed() -> None:
     answer = httpx.Response(200, text="<html>hello</html>")
-    with client_for(routes({("GET", f"/tx/{TX}/status"): answer})) as client:
-        with pytest.raises(GatewayUnavailable, match="unexpected answer"):
-            client.status(TX)
+    with (
+        client_for(routes({("GET", f"/tx/{TX}/status"): answer})) as client,
+        pytest.raises(GatewayUnavailable, match="unexpected answer"),
+    ):
+        client.status(TX)
 
 
 def test_malformed_id_is_refused_without_a_request() -> None:
     seen: list[str] = []
-    with client_for(routes({}, seen)) as client:
-        with pytest.raises(InvalidTransaction, match="not an Arweave transaction id"):
-            client.status("../../wallet")
+    with (
+        client_for(routes({}, seen)) as client,
+        pytest.raises(InvalidTransaction, match="not an Arweave transaction id"),
+    ):
+        client.status("../../wallet")
     assert seen == []
 
 
@@ -146,7 +160,11 @@ def prepared(wallet: ArweaveWallet, data: bytes = b"payload") -> arweave_adapter
 @pytest.mark.parametrize(
     ("response", "error", "retryable"),
     [
-        (httpx.Response(410, json={"code": 410, "msg": "You don't have enough tokens"}), InsufficientFunds, True),
+        (
+            httpx.Response(410, json={"code": 410, "msg": "You don't have enough tokens"}),
+            InsufficientFunds,
+            True,
+        ),
         (httpx.Response(402, text="Payment required"), InsufficientFunds, True),
         (httpx.Response(400, text="Invalid data_root."), InvalidTransaction, False),
         (httpx.Response(503, text="busy"), GatewayUnavailable, True),
@@ -158,9 +176,8 @@ def test_post_errors_are_raised_not_swallowed(
 ) -> None:
     tx = prepared(wallet)
     table = {("POST", "/tx"): response, ("GET", f"/tx/{tx.tx_id}/status"): httpx.Response(404)}
-    with client_for(routes(table)) as client:
-        with pytest.raises(error) as info:
-            client.post(tx)
+    with client_for(routes(table)) as client, pytest.raises(error) as info:
+        client.post(tx)
     assert info.value.retryable is retryable
     assert info.value.tx_id == tx.tx_id
 
@@ -200,17 +217,23 @@ def test_large_data_goes_header_then_chunks(wallet: ArweaveWallet) -> None:
         result = client.post(tx)
     assert result.already_posted is False
     assert [b["path"] for b in bodies] == ["/tx", "/chunk", "/chunk"]
-    assert bodies[0]["data"] == "" and bodies[0]["data_root"] == tx.data_root
+    assert bodies[0]["data"] == ""
+    assert bodies[0]["data_root"] == tx.data_root
     assert [b["offset"] for b in bodies[1:]] == ["262143", "524287"]
     assert all(b["data_root"] == tx.data_root and b["data_size"] == "524288" for b in bodies[1:])
 
 
 def test_rejected_chunk_is_an_error(wallet: ArweaveWallet) -> None:
     tx = prepared(wallet, bytes(300_000))
-    table = {("POST", "/tx"): httpx.Response(200), ("POST", "/chunk"): httpx.Response(400, text="invalid_proof")}
-    with client_for(routes(table), inline_limit=0) as client:
-        with pytest.raises(InvalidTransaction, match="post chunk at offset"):
-            client.post(tx)
+    table = {
+        ("POST", "/tx"): httpx.Response(200),
+        ("POST", "/chunk"): httpx.Response(400, text="invalid_proof"),
+    }
+    with (
+        client_for(routes(table), inline_limit=0) as client,
+        pytest.raises(InvalidTransaction, match="post chunk at offset"),
+    ):
+        client.post(tx)
 
 
 def test_get_data_checks_the_data_root(wallet: ArweaveWallet) -> None:
@@ -227,12 +250,13 @@ def test_get_data_checks_the_data_root(wallet: ArweaveWallet) -> None:
 
 
 def test_get_data_of_unknown_or_pending_tx(wallet: ArweaveWallet) -> None:
-    with client_for(routes({})) as client:
-        with pytest.raises(TransactionNotFound):
-            client.get_data(TX)
-    with client_for(routes({("GET", f"/tx/{TX}"): httpx.Response(202, text="Pending")})) as client:
-        with pytest.raises(TransactionNotFound, match="pending"):
-            client.get_data(TX)
+    with client_for(routes({})) as client, pytest.raises(TransactionNotFound):
+        client.get_data(TX)
+    with (
+        client_for(routes({("GET", f"/tx/{TX}"): httpx.Response(202, text="Pending")})) as client,
+        pytest.raises(TransactionNotFound, match="pending"),
+    ):
+        client.get_data(TX)
 
 
 def test_reads_without_wallet_and_writes_need_one() -> None:
@@ -257,8 +281,10 @@ def silent_server() -> Iterator[int]:
 
 def test_a_gateway_that_never_answers_times_out(silent_server: int) -> None:
     started = time.monotonic()
-    with ArweaveClient(f"http://127.0.0.1:{silent_server}", timeout=0.3) as client:
-        with pytest.raises(GatewayUnavailable, match="Timeout") as info:
-            client.status(TX)
+    with (
+        ArweaveClient(f"http://127.0.0.1:{silent_server}", timeout=0.3) as client,
+        pytest.raises(GatewayUnavailable, match="Timeout") as info,
+    ):
+        client.status(TX)
     assert time.monotonic() - started < 3
     assert info.value.retryable

@@ -8,6 +8,7 @@ on many sizes, comparing roots, chunk ranges, chunk hashes and proofs.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -88,7 +89,7 @@ def test_chunk_sizes_follow_the_rebalancing_rule(size: int, expected_sizes: list
     assert [c.size for c in chunks] == expected_sizes
     assert chunks[0].min_byte_range == 0
     assert chunks[-1].max_byte_range == size
-    for before, after in zip(chunks, chunks[1:], strict=False):
+    for before, after in itertools.pairwise(chunks):
         assert before.max_byte_range == after.min_byte_range
 
 
@@ -143,9 +144,10 @@ def test_every_proof_validates_and_tampering_breaks_it(size: int) -> None:
         bounds = validate_path(result.data_root, proof.offset, 0, size, proof.proof)
         assert bounds == (chunk.min_byte_range, chunk.max_byte_range)
         # The proof ends with the chunk's own hash and end offset.
-        assert proof.proof[-64:-32] == hashlib.sha256(
-            data[chunk.min_byte_range : chunk.max_byte_range]
-        ).digest()
+        assert (
+            proof.proof[-64:-32]
+            == hashlib.sha256(data[chunk.min_byte_range : chunk.max_byte_range]).digest()
+        )
         flipped = bytearray(proof.proof)
         flipped[0] ^= 1
         assert validate_path(result.data_root, proof.offset, 0, size, bytes(flipped)) is None
@@ -174,7 +176,9 @@ def _oracle_sizes() -> list[int]:
     ]
     randoms = [rng.randrange(1, 4 * 1024 * KIB) for _ in range(20)]
     # Sizes whose remainder falls in the rebalanced band, where the Python client fails.
-    banded = [rng.randrange(1, 12) * MAX_CHUNK_SIZE + rng.randrange(0, MIN_CHUNK_SIZE) for _ in range(8)]
+    banded = [
+        rng.randrange(1, 12) * MAX_CHUNK_SIZE + rng.randrange(0, MIN_CHUNK_SIZE) for _ in range(8)
+    ]
     return edges + randoms + banded
 
 

@@ -59,18 +59,25 @@ def verify(wallet: ArweaveWallet, tx: PreparedTx) -> None:
 @pytest.mark.parametrize("size", [0, 1, 262144, 300_000])
 def test_signed_header_is_consistent(wallet: ArweaveWallet, size: int) -> None:
     data = bytes(size)
-    tx = build_transaction(wallet, data, {"Content-Type": "text/plain", "Név": "értéke"}, anchor=ANCHOR, reward=123)
+    tx = build_transaction(
+        wallet, data, {"Content-Type": "text/plain", "Név": "értéke"}, anchor=ANCHOR, reward=123
+    )
     h = tx.header
     assert h["format"] == 2
-    assert tx.tx_id == h["id"] == b64url_encode(hashlib.sha256(b64url_decode(h["signature"])).digest())
+    assert (
+        tx.tx_id == h["id"] == b64url_encode(hashlib.sha256(b64url_decode(h["signature"])).digest())
+    )
     assert h["owner"] == wallet.owner
     assert h["last_tx"] == ANCHOR
     assert (h["reward"], h["quantity"], h["target"]) == ("123", "0", "")
-    assert tx.data_size == size and h["data_size"] == str(size)
+    assert tx.data_size == size
+    assert h["data_size"] == str(size)
     assert tx.data_root == b64url_encode(compute_data_root(data))
     assert (tx.data_root == "") == (size == 0)
     # Tags are UTF-8, base64url, in order.
-    assert [(b64url_decode(t["name"]).decode(), b64url_decode(t["value"]).decode()) for t in h["tags"]] == [
+    assert [
+        (b64url_decode(t["name"]).decode(), b64url_decode(t["value"]).decode()) for t in h["tags"]
+    ] == [
         ("Content-Type", "text/plain"),
         ("Név", "értéke"),
     ]
