@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -52,6 +53,8 @@ def _time(value: Any) -> float:
         return 0.0
     if isinstance(value, int | float):
         return float(value)
+    if isinstance(value, str):  # a timestamp inside to_jsonb(row)
+        return datetime.fromisoformat(value).timestamp()
     return float(value.timestamp())
 
 

@@ -1,0 +1,193 @@
+-- Named queries for the PostgreSQL store. One statement per decision: the CTEs below
+-- write the instance (version-checked), the events and the task in one round trip.
+-- Parameters are %(name)s; nothing is formatted into SQL.
+
+-- name: create
+WITH ins AS (
+    INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
+                              parent_id)
+    VALUES (%(id)s, %(type)s, %(kind)s, 'PENDING', %(step)s, %(input)s, %(key)s,
+            %(priority)s, %(parent_id)s)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, type
+), ev AS (
+    INSERT INTO wf_events (instance_id, event_type, payload)
+    SELECT id, 'WORKFLOW_CREATED', %(created)s FROM ins
+), task AS (
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at)
+    SELECT id, '', %(step)s, %(kind)s, type, %(priority)s,
+           now() + %(delay)s * interval '1 second'
+    FROM ins
+)
+SELECT id, pg_notify(%(channel)s, type) FROM ins;
+
+-- name: instance_by_key
+SELECT id FROM wf_instances WHERE idempotency_key = %(key)s;
+
+-- name: get_instance
+SELECT * FROM wf_instances WHERE id = %(id)s;
+
+-- name: get_task
+SELECT *, (lease_owner IS NOT NULL AND due_at > now()) AS leased
+FROM wf_tasks WHERE instance_id = %(id)s AND slot = %(slot)s;
+
+-- name: events
+SELECT * FROM wf_events WHERE instance_id = %(id)s ORDER BY seq;
+
+-- name: apply_head
+WITH inst AS (
+    UPDATE wf_instances
+    SET status = %(status)s, step = %(step)s, step_attempts = %(step_attempts)s,
+        attempts = %(attempts)s, progress = %(progress)s, error = %(error)s,
+        cancel_requested = %(cancel_requested)s, version = version + 1, updated_at = now()
+    WHERE id = %(id)s AND version = %(version)s
+    RETURNING id, version, type, kind, priority
+), ev AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
+    SELECT inst.id, e.node, e.event_type, e.attempt, coalesce(e.payload, '{}'), e.error,
+           %(worker)s
+    FROM inst,
+         ROWS FROM (jsonb_to_recordset(%(events)s::jsonb)
+                    AS (node text, event_type text, attempt int, payload jsonb, error jsonb))
+         WITH ORDINALITY AS e (node, event_type, attempt, payload, error, ord)
+    ORDER BY e.ord
+)
+
+-- name: apply_continue
+, task AS (
+    UPDATE wf_tasks t
+    SET node = %(node)s, attempt = %(attempt)s, in_flight = true, failures = 0,
+        lease_owner = %(worker)s, due_at = now() + %(lease)s * interval '1 second'
+    FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
+)
+SELECT version FROM inst;
+
+-- name: apply_reschedule
+, task AS (
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
+                          failures)
+    SELECT inst.id, '', %(node)s, inst.kind, inst.type, inst.priority,
+           now() + %(delay)s * interval '1 second', %(attempt)s, %(failures)s
+    FROM inst
+    ON CONFLICT (instance_id, slot) DO UPDATE
+    SET node = excluded.node, due_at = excluded.due_at, in_flight = false,
+        failures = excluded.failures, lease_owner = NULL
+)
+SELECT version, pg_notify(%(channel)s, type) FROM inst;
+
+-- name: apply_finish
+, task AS (
+    DELETE FROM wf_tasks t USING inst WHERE t.instance_id = inst.id AND t.slot = ''
+)
+SELECT version FROM inst;
+
+-- name: apply_keep
+SELECT version FROM inst;
+
+-- name: claim
+WITH picked AS (
+    SELECT id FROM wf_tasks
+    WHERE due_at <= now() AND type = ANY(%(types)s)
+    ORDER BY priority, due_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), prev AS (
+    SELECT t.id AS task_id, t.node, i.id AS instance_id, i.version,
+           coalesce((i.attempts ->> t.node)::int, 0) + 1 AS next_attempt,
+           (i.kind = 'machine' AND NOT t.in_flight AND NOT i.cancel_requested
+            AND i.status IN ('PENDING', 'RUNNING', 'STALLED')) AS fast
+    FROM picked p
+    JOIN wf_tasks t ON t.id = p.id
+    JOIN wf_instances i ON i.id = t.instance_id
+), bumped AS (
+    -- Claim and intent in one commit: the version bump fences out any earlier holder.
+    UPDATE wf_instances i
+    SET version = i.version + 1,
+        status = CASE WHEN p.fast THEN 'RUNNING' ELSE i.status END,
+        step = CASE WHEN p.fast THEN p.node ELSE i.step END,
+        step_attempts = CASE WHEN p.fast THEN p.next_attempt ELSE i.step_attempts END,
+        attempts = CASE WHEN p.fast
+                        THEN jsonb_set(i.attempts, ARRAY[p.node], to_jsonb(p.next_attempt))
+                        ELSE i.attempts END,
+        updated_at = now()
+    FROM prev p
+    WHERE i.id = p.instance_id AND i.version = p.version
+    RETURNING i.*, p.fast
+), started AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, worker)
+    SELECT b.id, b.step, 'STEP_STARTED', b.step_attempts, %(worker)s FROM bumped b WHERE b.fast
+), claimed AS (
+    UPDATE wf_tasks t
+    SET lease_owner = %(worker)s,
+        due_at = now() + %(lease)s * interval '1 second',
+        attempt = CASE WHEN b.fast THEN b.step_attempts ELSE t.attempt END,
+        in_flight = t.in_flight OR coalesce(b.fast, false)
+    FROM prev p LEFT JOIN bumped b ON b.id = p.instance_id
+    WHERE t.id = p.task_id
+    RETURNING t.*, coalesce(b.fast, false) AS started
+)
+SELECT c.*, true AS leased, to_jsonb(b) AS instance
+FROM claimed c LEFT JOIN bumped b ON b.id = c.instance_id;
+
+-- name: claim_instance_lock
+SELECT t.*, i.status AS instance_status
+FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
+WHERE t.instance_id = %(id)s AND t.slot = ''
+  AND (t.lease_owner IS NULL OR t.lease_owner = %(worker)s OR t.due_at <= now())
+  AND (t.in_flight OR t.due_at <= now() OR i.status = 'STALLED' OR t.lease_owner = %(worker)s)
+FOR UPDATE OF t SKIP LOCKED;
+
+-- name: bump_version
+UPDATE wf_instances SET version = version + 1, updated_at = now()
+WHERE id = %(id)s RETURNING *;
+
+-- name: lease_task
+UPDATE wf_tasks SET lease_owner = %(worker)s, due_at = now() + %(lease)s * interval '1 second'
+WHERE id = %(task_id)s
+RETURNING *, true AS leased;
+
+-- name: heartbeat
+UPDATE wf_tasks SET due_at = now() + %(lease)s * interval '1 second'
+WHERE lease_owner = %(worker)s AND due_at > now();
+
+-- name: release
+UPDATE wf_tasks SET lease_owner = NULL, due_at = now()
+WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s);
+
+-- name: active
+SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;
+
+-- name: next_due
+SELECT extract(epoch FROM (min(due_at) - now()))::float8 AS wait
+FROM wf_tasks WHERE type = ANY(%(types)s);
+
+-- name: dead_letter
+INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
+VALUES (%(instance_id)s, %(envelope)s, %(reason)s, %(worker)s);
+
+-- name: dead_letters
+SELECT * FROM wf_dead_letters ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: quarantine
+WITH inst AS (
+    UPDATE wf_instances SET status = 'STALLED', error = %(error)s, version = version + 1,
+                            updated_at = now()
+    WHERE id = %(id)s
+    RETURNING id, type, status, step, input::text AS input, progress::text AS progress
+), task AS (
+    UPDATE wf_tasks SET lease_owner = NULL, in_flight = false,
+                        due_at = now() + interval '1 day'
+    WHERE instance_id = %(id)s
+), ev AS (
+    INSERT INTO wf_events (instance_id, event_type, error, worker)
+    SELECT id, 'QUARANTINED', %(error)s, %(worker)s FROM inst
+)
+INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
+SELECT id, to_jsonb(inst), %(reason)s, %(worker)s FROM inst;
+
+-- name: rebuild
+UPDATE wf_instances
+SET status = %(status)s, step = %(step)s, step_attempts = %(step_attempts)s,
+    attempts = %(attempts)s, progress = %(progress)s, error = %(error)s,
+    cancel_requested = %(cancel_requested)s, version = version + 1, updated_at = now()
+WHERE id = %(id)s;

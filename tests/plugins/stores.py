@@ -1,0 +1,74 @@
+"""Store fixtures: every contract test runs on SQLite and on the real PostgreSQL server.
+
+PostgreSQL comes from ``SWF_TEST_PG_DSN`` (default: the local trust-auth server); each
+test gets a fresh schema, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from statemachine_wf.store import Store
+from statemachine_wf.stores.sqlite import SQLiteStore
+
+PG_DSN = os.environ.get("SWF_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def fresh_schema() -> str:
+    return f"swf_t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def pg_dsn() -> str:
+    return PG_DSN
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A schema name for this test; dropped at the end (whoever created it)."""
+    schema = fresh_schema()
+    yield schema
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture
+def sqlite_path(tmp_path: Path) -> str:
+    return str(tmp_path / "swf.db")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """``(url, options)`` to open the same store from another process or thread."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'swf.db'}", {}
+    else:
+        schema = request.getfixturevalue("pg_schema")
+        yield PG_DSN, {"schema": schema}
+
+
+@pytest.fixture
+def store(store_url: tuple[str, dict[str, str]]) -> Iterator[Store]:
+    from statemachine_wf.stores import open_store
+
+    url, options = store_url
+    s = open_store(url, **options)
+    s.migrate()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sqlite_store(sqlite_path: str) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(sqlite_path)
+    s.migrate()
+    yield s
+    s.close()
