@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import urllib.error
+from typing import Any
 
 import aiohttp
 import pytest
@@ -39,7 +40,8 @@ def rpc_error(message: str, code: int = -32003, data: str | None = None) -> Web3
     error: dict[str, object] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
-    return Web3RPCError(str(error), rpc_response={"jsonrpc": "2.0", "id": 1, "error": error})  # type: ignore[typeddict-item]
+    response: Any = {"jsonrpc": "2.0", "id": 1, "error": error}
+    return Web3RPCError(str(error), rpc_response=response)
 
 
 def error_string(reason: str) -> str:
@@ -149,7 +151,14 @@ def test_retryable_flags_and_root() -> None:
         RpcUnavailable,
         ConfirmationTimeout,
     }
-    for cls in (*retryable, InsufficientFunds, Reverted, SignerError, ChainError):
+    everything: list[type[ChainError]] = [
+        *retryable,
+        InsufficientFunds,
+        Reverted,
+        SignerError,
+        ChainError,
+    ]
+    for cls in everything:
         assert issubclass(cls, WorkflowError)
         assert cls.retryable is (cls in retryable), cls
 

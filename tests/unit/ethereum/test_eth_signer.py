@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from eth_account import Account
+from eth_typing import HexStr
 from eth_utils.crypto import keccak
 
 from adapters.ethereum import LocalSigner, SignedTx, Signer, SignerError
@@ -66,7 +67,7 @@ def test_from_env_missing_and_invalid(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_from_keystore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # pbkdf2 with few iterations keeps the test fast; real keystores use scrypt.
-    keyfile = Account.encrypt(KEY, "s3cret", kdf="pbkdf2", iterations=2)
+    keyfile = Account.encrypt(HexStr(KEY), "s3cret", kdf="pbkdf2", iterations=2)
     path = tmp_path / "key.json"
     path.write_text(json.dumps(keyfile))
     monkeypatch.setenv("SWF_ETH_KEYSTORE_PASSWORD", "s3cret")
