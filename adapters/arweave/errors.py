@@ -3,7 +3,8 @@
 The tree::
 
     WorkflowError
-    └── ArweaveError                 retryable: bool
+    └── ArweaveError                 retryable: bool; raised as is for a client with no
+        │                            wallet, or served data not matching its data_root
         ├── InsufficientFunds        the wallet cannot pay the reward (HTTP 410/402)   retryable
         ├── InvalidTransaction       the gateway rejected the transaction (HTTP 400)   not retryable
         ├── TransactionNotFound      the gateway does not know the id (or its data)    retryable
