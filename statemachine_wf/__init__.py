@@ -1,0 +1,77 @@
+"""statemachine_wf: durable, crash-safe state-machine workflows on an append-only log.
+
+Write a workflow::
+
+    class Payout(Workflow[PayoutInput, PayoutProgress]):
+        workflow_type = "payments.payout.v1"
+
+        @step(initial=True, to="send")
+        def reserve(self, ctx): ...
+
+Start it with :class:`Client`, run it with :class:`Runner` (or ``statemachine-wf worker``).
+"""
+
+from .client import Client
+from .config import Config
+from .context import ReconcileContext, Reconciliation, StepContext
+from .errors import (
+    ConcurrencyConflict,
+    DefinitionError,
+    Fail,
+    InputError,
+    InvalidState,
+    LeaseLost,
+    NotFound,
+    PayloadTooLarge,
+    ProgressConflict,
+    Retry,
+    Stall,
+    StepFailure,
+    StoreError,
+    UndeclaredTransition,
+    UnknownWorkflowType,
+    WorkflowError,
+)
+from .events import EventRecord, Status
+from .retry import RetryPolicy
+from .runner import Runner, RunnerOptions
+from .store import InstanceRecord, Store
+from .stores import open_store
+from .workflow import COMPLETED, Workflow, WorkflowSpec, reconcile, step
+
+__all__ = [
+    "COMPLETED",
+    "Client",
+    "ConcurrencyConflict",
+    "Config",
+    "DefinitionError",
+    "EventRecord",
+    "Fail",
+    "InputError",
+    "InstanceRecord",
+    "InvalidState",
+    "LeaseLost",
+    "NotFound",
+    "PayloadTooLarge",
+    "ProgressConflict",
+    "ReconcileContext",
+    "Reconciliation",
+    "Retry",
+    "RetryPolicy",
+    "Runner",
+    "RunnerOptions",
+    "Stall",
+    "Status",
+    "StepContext",
+    "StepFailure",
+    "Store",
+    "StoreError",
+    "UndeclaredTransition",
+    "UnknownWorkflowType",
+    "Workflow",
+    "WorkflowError",
+    "WorkflowSpec",
+    "open_store",
+    "reconcile",
+    "step",
+]

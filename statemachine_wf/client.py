@@ -31,9 +31,7 @@ class Client:
             ...)``); starting by class needs no registration.
     """
 
-    def __init__(
-        self, store: Store, workflows: Sequence[type[Workflow[Any, Any]]] = ()
-    ) -> None:
+    def __init__(self, store: Store, workflows: Sequence[type[Workflow[Any, Any]]] = ()) -> None:
         self.store = store
         self.classes = {cls.spec().workflow_type: cls for cls in workflows}
 

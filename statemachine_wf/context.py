@@ -85,7 +85,9 @@ class StepContext(Generic[InputT, ProgressT]):
         ahead of the side effect that uses it. The write is version-checked.
         """
         merged = merge_progress(self._progress_model, {**self._saved, **self._staged}, fields)
-        delta = {k: merged[k] for k in fields}
+        delta = {k: merged[k] for k in fields if self._saved.get(k) != merged[k]}
+        if not delta:  # a retried step saving what it saved before: nothing to write
+            return
         self._host.save_progress(delta)
         self._saved.update(delta)
         for key in delta:

@@ -157,6 +157,7 @@ def failure(
     """
     policy = spec.step(step).retry
     info = error_info(step, exc, cls)
+    outcome: str
     if cls is Retry:
         failures += 1
         if policy.exhausted(failures):

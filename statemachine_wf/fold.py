@@ -125,4 +125,5 @@ def apply_all(state: Projection, events: Iterable[NewEvent | EventRecord]) -> Pr
 
 def fold(events: Iterable[EventRecord]) -> Projection:
     """The projection of an instance, from its whole log."""
-    return apply_all(Projection(), sorted(events, key=lambda e: e.seq))
+    ordered: list[NewEvent | EventRecord] = [*sorted(events, key=lambda e: e.seq)]
+    return apply_all(Projection(), ordered)

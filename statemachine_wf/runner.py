@@ -157,6 +157,9 @@ class Runner:
     def start(self) -> None:
         """Start the start-up pass, the workers and the heartbeat in background threads."""
         self.store.migrate()
+        if self.opts.worker_id is not None:
+            # Restarted under a stable id: whatever we held before we died is due now.
+            self.store.release(worker=self.worker_id)
         if self.opts.reconcile_on_start:
             self._queue_startup()
         for n in range(self.opts.concurrency):
@@ -378,9 +381,7 @@ class Runner:
         except Exception as exc:
             cls = d.spec.step(step).classify(exc)
             log.warning("instance %s: reconcile of %s raised %r", d.instance.id, step, exc)
-            self._commit(
-                d, lambda s, e=exc: decide.failure(d.spec, s, step, attempt, cls, e, d.failures)
-            )
+            self._fail(d, step, attempt, cls, exc)
             return
         log.info(
             "instance %s: reconciled %s (%s): %s %s",
@@ -436,9 +437,7 @@ class Runner:
                 log.info(
                     "instance %s: step %s raised %r -> %s", d.instance.id, step, exc, cls.__name__
                 )
-            self._commit(
-                d, lambda s, e=exc: decide.failure(d.spec, s, step, attempt, cls, e, d.failures)
-            )
+            self._fail(d, step, attempt, cls, exc)
             return False
         staged = ctx.staged
         hold = not self._stopping.is_set()
@@ -446,6 +445,14 @@ class Runner:
             d, lambda s: decide.success(d.spec, s, step, attempt, result, staged, hold=hold)
         )
         return isinstance(decision.task, Continue)
+
+    def _fail(
+        self, d: _Drive, step: str, attempt: int, cls: ErrorClass, exc: BaseException
+    ) -> None:
+        def make(state: Projection) -> Decision:
+            return decide.failure(d.spec, state, step, attempt, cls, exc, d.failures)
+
+        self._commit(d, make)
 
     @staticmethod
     def _holding(d: _Drive) -> bool:

@@ -131,7 +131,7 @@ class Store(Protocol):
 
     def events(self, instance_id: str) -> list[EventRecord]: ...
 
-    def list(
+    def list_instances(
         self,
         *,
         status: Sequence[Status] | None = None,
@@ -149,10 +149,7 @@ class Store(Protocol):
         ...
 
     def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
-        """Lease this instance's task if nobody else holds it, without starting anything.
-
-        A lease held by ``worker`` itself (a restarted runner with a stable id) is taken over.
-        """
+        """Lease this instance's task if nobody holds it, without starting anything."""
         ...
 
     def apply(self, commit: Commit) -> int:
@@ -167,8 +164,13 @@ class Store(Protocol):
         """Extend every lease ``worker`` holds; return how many."""
         ...
 
-    def release(self, *, worker: str, instance_ids: Sequence[str]) -> None:
-        """Give leases back (shutdown): the tasks are due now, in-flight marks kept."""
+    def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
+        """Give leases back: the tasks are due now, in-flight marks kept.
+
+        ``instance_ids=None`` releases every lease of ``worker``: a runner restarted with a
+        stable id does this once before it starts, so its previous life's work is due now
+        instead of after the lease runs out.
+        """
         ...
 
     def active(self, *, types: Sequence[str] | None = None) -> list[InstanceRecord]:

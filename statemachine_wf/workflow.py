@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from .errors import DefinitionError, Fail, Retry, Stall, StepFailure
+from .errors import DefinitionError, Fail, InputError, ProgressConflict, Retry, Stall, StepFailure
 from .retry import DEFAULT_RETRY, RetryPolicy
 
 COMPLETED = "COMPLETED"
@@ -82,6 +82,8 @@ class StepSpec:
         for exc_type, cls in self.errors:
             if isinstance(exc, exc_type):
                 return cls
+        if isinstance(exc, ProgressConflict | InputError | ValidationError):
+            return Fail  # a bug in the action, not a transient failure: retrying cannot help
         return Retry
 
 

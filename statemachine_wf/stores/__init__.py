@@ -25,6 +25,4 @@ def open_store(url: str | None = None, **options: Any) -> Store:
         from .postgres import PostgresStore
 
         return PostgresStore(url, **options)
-    raise ValueError(
-        f"unsupported store URL {url!r}: use sqlite:///path.db or postgresql://..."
-    )
+    raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path.db or postgresql://...")

@@ -140,10 +140,8 @@ class PostgresStore:
                     "CREATE TABLE IF NOT EXISTS wf_schema_migrations "
                     "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
                 )
-                done = {
-                    r["version"]
-                    for r in conn.execute("SELECT version FROM wf_schema_migrations").fetchall()
-                }
+                rows: list[Any] = conn.execute("SELECT version FROM wf_schema_migrations").fetchall()
+                done = {r["version"] for r in rows}
                 for number, script in migrations("postgres"):
                     if number not in done:
                         conn.execute(script.encode())
@@ -189,7 +187,7 @@ class PostgresStore:
     def events(self, instance_id: str) -> list[EventRecord]:
         return [event_record(r) for r in self._all(Q["events"], {"id": instance_id})]
 
-    def list(
+    def list_instances(
         self,
         *,
         status: Sequence[Status] | None = None,
@@ -233,8 +231,9 @@ class PostgresStore:
                     continue
                 claims.append(Claim(task, instance_record(raw), started=bool(row["started"])))
             except (ValueError, KeyError, TypeError) as exc:
-                self.quarantine(str(row["instance_id"]), reason=f"corrupt row: {exc!r}",
-                                worker=worker)
+                self.quarantine(
+                    str(row["instance_id"]), reason=f"corrupt row: {exc!r}", worker=worker
+                )
         return claims
 
     def _bare_claim(self, task: TaskRecord, *, worker: str, lease: float) -> Claim:
@@ -243,7 +242,8 @@ class PostgresStore:
             leased = conn.execute(
                 Q["lease_task"], {"task_id": task.id, "worker": worker, "lease": lease}
             ).fetchone()
-        assert inst is not None and leased is not None
+        assert inst is not None
+        assert leased is not None
         return Claim(task_record(leased), instance_record(inst), started=False)
 
     def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
@@ -256,7 +256,8 @@ class PostgresStore:
             leased = conn.execute(
                 Q["lease_task"], {"task_id": locked["id"], "worker": worker, "lease": lease}
             ).fetchone()
-        assert inst is not None and leased is not None
+        assert inst is not None
+        assert leased is not None
         return Claim(task_record(leased), instance_record(inst), started=False)
 
     def apply(self, commit: Commit) -> int:
@@ -302,9 +303,12 @@ class PostgresStore:
         with self._conn() as conn:
             return conn.execute(Q["heartbeat"], {"worker": worker, "lease": lease}).rowcount
 
-    def release(self, *, worker: str, instance_ids: Sequence[str]) -> None:
+    def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
         with self._conn() as conn:
-            conn.execute(Q["release"], {"worker": worker, "ids": list(instance_ids)})
+            if instance_ids is None:
+                conn.execute(Q["release_all"], {"worker": worker})
+            else:
+                conn.execute(Q["release"], {"worker": worker, "ids": list(instance_ids)})
             conn.execute("SELECT pg_notify(%s, 'release')", (self.channel,))
 
     def next_due(self, *, types: Sequence[str]) -> float | None:
@@ -399,4 +403,3 @@ class PostgresStore:
             conn.execute(
                 sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
             )
-

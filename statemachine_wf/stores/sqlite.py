@@ -212,7 +212,7 @@ class SQLiteStore:
             rows = self._conn().execute(Q["events"], {"id": instance_id}).fetchall()
         return [event_record(r) for r in rows]
 
-    def list(
+    def list_instances(
         self,
         *,
         status: Sequence[Status] | None = None,
@@ -268,7 +268,7 @@ class SQLiteStore:
             if row is None:
                 return None
             task = task_record(row)
-            if task.lease_owner not in (None, worker) and task.due_at > now:
+            if task.lease_owner is not None and task.due_at > now:
                 return None  # a live runner holds it
             status = conn.execute(Q["get_instance"], {"id": instance_id}).fetchone()["status"]
             if not (task.in_flight or task.due_at <= now or status == "STALLED"):
@@ -410,10 +410,12 @@ class SQLiteStore:
                 Q["heartbeat"], {"worker": worker, "due_at": now + lease, "now": now}
             ).rowcount
 
-    def release(self, *, worker: str, instance_ids: Sequence[str]) -> None:
+    def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
         now = time.time()
         with self._write() as conn:
-            for instance_id in instance_ids:
+            if instance_ids is None:
+                conn.execute(Q["release_all"], {"worker": worker, "now": now})
+            for instance_id in instance_ids or ():
                 conn.execute(
                     Q["release"], {"worker": worker, "instance_id": instance_id, "now": now}
                 )

@@ -133,8 +133,8 @@ FROM claimed c LEFT JOIN bumped b ON b.id = c.instance_id;
 SELECT t.*, i.status AS instance_status
 FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
 WHERE t.instance_id = %(id)s AND t.slot = ''
-  AND (t.lease_owner IS NULL OR t.lease_owner = %(worker)s OR t.due_at <= now())
-  AND (t.in_flight OR t.due_at <= now() OR i.status = 'STALLED' OR t.lease_owner = %(worker)s)
+  AND (t.lease_owner IS NULL OR t.due_at <= now())
+  AND (t.in_flight OR t.due_at <= now() OR i.status = 'STALLED')
 FOR UPDATE OF t SKIP LOCKED;
 
 -- name: bump_version
@@ -153,6 +153,9 @@ WHERE lease_owner = %(worker)s AND due_at > now();
 -- name: release
 UPDATE wf_tasks SET lease_owner = NULL, due_at = now()
 WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s);
+
+-- name: release_all
+UPDATE wf_tasks SET lease_owner = NULL, due_at = now() WHERE lease_owner = %(worker)s;
 
 -- name: active
 SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;

@@ -65,6 +65,9 @@ UPDATE wf_tasks SET due_at = :due_at WHERE lease_owner = :worker AND due_at > :n
 UPDATE wf_tasks SET lease_owner = NULL, due_at = :now
 WHERE lease_owner = :worker AND instance_id = :instance_id;
 
+-- name: release_all
+UPDATE wf_tasks SET lease_owner = NULL, due_at = :now WHERE lease_owner = :worker;
+
 -- name: active
 SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;
 

@@ -1,0 +1,64 @@
+"""Configuration as a frozen value, read from arguments or from ``SWF_*`` variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .stores import DEFAULT_URL
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Where the store is and how a runner behaves.
+
+    Attributes:
+        database_url: ``sqlite:///path.db`` (default ``sqlite:///statemachine_wf.db``) or
+            ``postgresql://user@host:port/db``. Env: ``SWF_DATABASE_URL``.
+        schema: PostgreSQL schema for the tables (default ``public``). Env: ``SWF_PG_SCHEMA``.
+        modules: modules whose ``Workflow`` subclasses a runner hosts. Env: ``SWF_MODULES``
+            (comma-separated).
+        concurrency: instances one runner drives at once. Env: ``SWF_CONCURRENCY``.
+        lease: seconds a claim lasts without a heartbeat. Env: ``SWF_LEASE``.
+        prefixes: type prefixes a runner takes (empty: all hosted). Env: ``SWF_PREFIXES``.
+        worker_id: a stable runner id (default: host:pid:random). Env: ``SWF_WORKER_ID``.
+    """
+
+    database_url: str = DEFAULT_URL
+    schema: str = "public"
+    modules: tuple[str, ...] = ()
+    concurrency: int = 8
+    lease: float = 30.0
+    prefixes: tuple[str, ...] = field(default=())
+    worker_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.lease <= 0:
+            raise ValueError(f"lease must be > 0 seconds, got {self.lease}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+        """Read ``SWF_*`` variables; unset ones keep their defaults."""
+        env = os.environ if env is None else env
+
+        def listed(name: str) -> tuple[str, ...]:
+            return tuple(p.strip() for p in env.get(name, "").split(",") if p.strip())
+
+        try:
+            return cls(
+                database_url=env.get("SWF_DATABASE_URL", DEFAULT_URL),
+                schema=env.get("SWF_PG_SCHEMA", "public"),
+                modules=listed("SWF_MODULES"),
+                concurrency=int(env.get("SWF_CONCURRENCY", "8")),
+                lease=float(env.get("SWF_LEASE", "30")),
+                prefixes=listed("SWF_PREFIXES"),
+                worker_id=env.get("SWF_WORKER_ID") or None,
+            )
+        except ValueError as exc:
+            raise ValueError(f"bad SWF_* setting: {exc}") from exc
+
+    def store_options(self) -> dict[str, str]:
+        return {"schema": self.schema} if self.database_url.startswith("postgres") else {}
