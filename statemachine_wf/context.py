@@ -13,6 +13,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from .errors import Waiting
 from .progress import merge_progress
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -25,6 +26,8 @@ class StepHost(Protocol):
     def save_progress(self, delta: Mapping[str, Any]) -> None: ...
     def heartbeat(self) -> None: ...
     def cancel_requested(self) -> bool: ...
+    def acquire(self, key: str) -> str: ...
+    def release(self, key: str) -> bool: ...
 
 
 class StepContext(Generic[InputT, ProgressT]):
@@ -96,6 +99,24 @@ class StepContext(Generic[InputT, ProgressT]):
     def heartbeat(self) -> None:
         """Extend this runner's lease now (the runner also does it on its own)."""
         self._host.heartbeat()
+
+    def hold(self, key: str, *, recheck: float = 30.0) -> None:
+        """Hold the durable lock ``key`` for this instance, or park the step until it frees.
+
+        The lock belongs to the instance, not to a process: it survives steps and runner
+        crashes, and is released by :meth:`release` or when the instance ends (completed,
+        failed or cancelled). Holding it again is a no-op. If another instance holds it,
+        this raises :class:`~statemachine_wf.errors.Waiting`; the step is parked and runs
+        again when the holder releases (``recheck`` seconds is the safety net for a lost
+        wake-up).
+        """
+        holder = self._host.acquire(key)
+        if holder != self.instance_id:
+            raise Waiting(key, holder, recheck=recheck)
+
+    def release(self, key: str) -> bool:
+        """Release the lock ``key`` now (waiters are woken); False if we did not hold it."""
+        return self._host.release(key)
 
     @property
     def cancel_requested(self) -> bool:

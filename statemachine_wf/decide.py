@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .context import Reconciliation
-from .errors import Fail, InputError, ProgressConflict, Retry, Stall, StepFailure
+from .errors import Fail, InputError, ProgressConflict, Retry, Stall, StepFailure, Waiting
 from .events import Ev, NewEvent
 from .fold import Projection, apply_all
 from .progress import merge_progress
@@ -155,6 +155,13 @@ def failure(
 
     ``failures`` is the count of consecutive failures of this step before this one.
     """
+    if isinstance(exc, Waiting):
+        payload = {"lock": exc.key, "holder": exc.holder}
+        return _decide(
+            state,
+            [NewEvent(Ev.STEP_WAITING, step, attempt, payload)],
+            Reschedule(step, exc.recheck, failures),
+        )
     policy = spec.step(step).retry
     info = error_info(step, exc, cls)
     outcome: str

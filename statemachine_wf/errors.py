@@ -18,7 +18,8 @@ The tree::
     └── StepFailure                raised *by actions* to classify a failure explicitly
         ├── Retry                  retry with backoff (the retry policy decides when to give up)
         ├── Stall                  wait for an external condition, auto-retry later
-        └── Fail                   terminal: FAILED, manual intervention needed
+        ├── Fail                   terminal: FAILED, manual intervention needed
+        └── Waiting                not a failure: parked until a lock frees (ctx.hold)
 
 Adapters root their own errors here too (``adapters.ethereum.errors.ChainError`` is a
 ``WorkflowError``), so ``except WorkflowError`` catches everything the SDK raises.
@@ -162,3 +163,19 @@ class Fail(StepFailure):
     """A terminal failure: the instance is FAILED and needs manual intervention."""
 
     code = "failed"
+
+
+class Waiting(StepFailure):
+    """The step cannot go on until a lock held by another instance is released.
+
+    Raised by ``ctx.hold(key)``; the runtime parks the step (no failure is counted) and
+    runs it again, as a new attempt, when the holder releases the lock.
+    """
+
+    code = "waiting"
+
+    def __init__(self, key: str, holder: str, *, recheck: float = 30.0) -> None:
+        super().__init__(f"waiting for lock {key!r} held by instance {holder}")
+        self.key = key
+        self.holder = holder
+        self.recheck = recheck

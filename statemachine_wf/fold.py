@@ -79,6 +79,8 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
         outcome = payload.get("outcome")
         status = {"stall": Status.STALLED, "fail": Status.FAILED}.get(str(outcome), state.status)
         return replace(state, status=status, in_flight=False, error=event.error)
+    if et == Ev.STEP_WAITING:
+        return replace(state, in_flight=False)
     if et == Ev.RECONCILED:
         progress = {**state.progress, **payload.get("progress", {})}
         decision = payload.get("decision")

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 from . import decide
 from .context import ReconcileContext, Reconciliation, StepContext
 from .decide import Continue, Decision
-from .errors import ConcurrencyConflict, Fail, LeaseLost, Retry, StepFailure
+from .errors import ConcurrencyConflict, Fail, LeaseLost, Retry, StepFailure, Waiting
 from .events import Status
 from .fold import Projection
 from .store import Claim, Commit, InstanceRecord, Store, matches_prefix
@@ -91,6 +91,14 @@ class _Host:
     def cancel_requested(self) -> bool:
         record = self._runner.store.get(self._drive.instance.id)
         return record is not None and record.cancel_requested
+
+    def acquire(self, key: str) -> str:
+        if not self.valid:
+            raise LeaseLost("this step has timed out or lost its lease")
+        return self._runner.store.acquire_lock(key, self._drive.instance.id)
+
+    def release(self, key: str) -> bool:
+        return self._runner.store.release_locks(self._drive.instance.id, key=key) > 0
 
 
 @dataclass
@@ -438,6 +446,10 @@ class Runner:
                     "instance %s: step %s raised %r -> %s", d.instance.id, step, exc, cls.__name__
                 )
             self._fail(d, step, attempt, cls, exc)
+            if isinstance(exc, Waiting) and self.store.lock_holder(exc.key) is None:
+                # The holder let go while we were still inside the action (its wake-up
+                # skipped our leased task): wake ourselves rather than sleep to the recheck.
+                self.store.wake_instances([d.instance.id])
             return False
         staged = ctx.staged
         hold = not self._stopping.is_set()

@@ -185,6 +185,23 @@ class Store(Protocol):
         """Block up to ``timeout`` seconds, returning early when work may have arrived."""
         ...
 
+    def acquire_lock(self, key: str, instance_id: str) -> str:
+        """Take the lock ``key`` for ``instance_id`` if free; return its holder either way.
+
+        A caller that is not the holder is recorded as a waiter and woken on release.
+        """
+        ...
+
+    def release_locks(self, instance_id: str, *, key: str | None = None) -> int:
+        """Release ``key`` (or every lock) held by ``instance_id``; wake waiters."""
+        ...
+
+    def lock_holder(self, key: str) -> str | None: ...
+
+    def wake_instances(self, instance_ids: Sequence[str]) -> None:
+        """Make these instances' unleased tasks due now (a missed wake-up, made good)."""
+        ...
+
     def wake(self) -> None:
         """Return every ``wait_for_work`` of this process now (shutdown, local new work)."""
         ...

@@ -26,7 +26,16 @@ from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import DefinitionError, Fail, InputError, ProgressConflict, Retry, Stall, StepFailure
+from .errors import (
+    DefinitionError,
+    Fail,
+    InputError,
+    ProgressConflict,
+    Retry,
+    Stall,
+    StepFailure,
+    Waiting,
+)
 from .retry import DEFAULT_RETRY, RetryPolicy
 
 COMPLETED = "COMPLETED"
@@ -39,7 +48,7 @@ RESERVED_STEPS = frozenset({COMPLETED, "FAILED", "STALLED", "CANCELLED", "PENDIN
 InputT = TypeVar("InputT", bound=BaseModel)
 ProgressT = TypeVar("ProgressT", bound=BaseModel)
 
-ErrorClass = type[Retry] | type[Stall] | type[Fail]
+ErrorClass = type[Retry] | type[Stall] | type[Fail] | type[Waiting]
 ErrorMap = Mapping[type[BaseException], ErrorClass]
 
 
@@ -74,6 +83,8 @@ class StepSpec:
     def classify(self, exc: BaseException) -> ErrorClass:
         """Map an exception to Retry, Stall or Fail (unmapped errors are retryable)."""
         if isinstance(exc, StepFailure):
+            if isinstance(exc, Waiting):
+                return Waiting
             if isinstance(exc, Fail):
                 return Fail
             if isinstance(exc, Stall):

@@ -140,7 +140,9 @@ class PostgresStore:
                     "CREATE TABLE IF NOT EXISTS wf_schema_migrations "
                     "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
                 )
-                rows: list[Any] = conn.execute("SELECT version FROM wf_schema_migrations").fetchall()
+                rows: list[Any] = conn.execute(
+                    "SELECT version FROM wf_schema_migrations"
+                ).fetchall()
                 done = {r["version"] for r in rows}
                 for number, script in migrations("postgres"):
                     if number not in done:
@@ -298,6 +300,27 @@ class PostgresStore:
                 commit.instance_id, commit.version, None if current is None else current.version
             )
         return int(row["version"])
+
+    def acquire_lock(self, key: str, instance_id: str) -> str:
+        row = self._one(Q["lock_acquire"], {"key": key, "id": instance_id})
+        assert row is not None  # the insert or the existing row answers
+        holder = str(row["holder"])
+        if holder == instance_id:
+            with self._conn() as conn:
+                conn.execute(Q["lock_unwait"], {"key": key, "id": instance_id})
+        return holder
+
+    def release_locks(self, instance_id: str, *, key: str | None = None) -> int:
+        row = self._one(Q["lock_release"], {"id": instance_id, "key": key, "channel": self.channel})
+        return 0 if row is None else int(row["released"])
+
+    def lock_holder(self, key: str) -> str | None:
+        row = self._one(Q["lock_holder"], {"key": key})
+        return None if row is None else str(row["holder"])
+
+    def wake_instances(self, instance_ids: Sequence[str]) -> None:
+        with self._conn() as conn:
+            conn.execute(Q["wake_instances"], {"ids": list(instance_ids), "channel": self.channel})
 
     def heartbeat(self, *, worker: str, lease: float) -> int:
         with self._conn() as conn:

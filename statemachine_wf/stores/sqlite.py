@@ -321,7 +321,7 @@ class SQLiteStore:
                 commit.lease,
                 now,
             )
-        if isinstance(commit.decision.task, Reschedule):
+        if isinstance(commit.decision.task, Reschedule | Finish):
             self.wake()
         return version
 
@@ -370,6 +370,7 @@ class SQLiteStore:
             )
         elif isinstance(op, Finish):
             conn.execute(Q["task_finish"], {"instance_id": instance_id})
+            self._release_locks(conn, instance_id, None, now)
         else:
             assert isinstance(op, KeepTask)
         return version + 1
@@ -402,6 +403,46 @@ class SQLiteStore:
             # The unique index refused a duplicate once-per-attempt event: somebody else
             # already wrote this decision. Treat it like a lost CAS.
             raise ConcurrencyConflict(instance_id, -1) from exc
+
+    def acquire_lock(self, key: str, instance_id: str) -> str:
+        now = time.time()
+        params = {"key": key, "id": instance_id, "now": now}
+        with self._write() as conn:
+            conn.execute(Q["lock_insert"], params)
+            holder = str(conn.execute(Q["lock_holder"], params).fetchone()["holder"])
+            if holder == instance_id:
+                conn.execute(Q["lock_unwait"], params)
+            else:
+                conn.execute(Q["lock_wait"], params)
+        return holder
+
+    def release_locks(self, instance_id: str, *, key: str | None = None) -> int:
+        with self._write() as conn:
+            released = self._release_locks(conn, instance_id, key, time.time())
+        if released:
+            self.wake()
+        return released
+
+    def _release_locks(
+        self, conn: sqlite3.Connection, instance_id: str, key: str | None, now: float
+    ) -> int:
+        keys = [r["key"] for r in conn.execute(Q["lock_held"], {"id": instance_id, "key": key})]
+        for k in keys:
+            conn.execute(Q["lock_delete"], {"id": instance_id, "key": k})
+            conn.execute(Q["lock_wake"], {"key": k, "now": now})
+        return len(keys)
+
+    def lock_holder(self, key: str) -> str | None:
+        with wrap_errors():
+            row = self._conn().execute(Q["lock_holder"], {"key": key}).fetchone()
+        return None if row is None else str(row["holder"])
+
+    def wake_instances(self, instance_ids: Sequence[str]) -> None:
+        now = time.time()
+        with self._write() as conn:
+            for instance_id in instance_ids:
+                conn.execute(Q["wake_instance"], {"id": instance_id, "now": now})
+        self.wake()
 
     def heartbeat(self, *, worker: str, lease: float) -> int:
         now = time.time()

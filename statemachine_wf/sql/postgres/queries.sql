@@ -78,8 +78,15 @@ SELECT version, pg_notify(%(channel)s, type) FROM inst;
 -- name: apply_finish
 , task AS (
     DELETE FROM wf_tasks t USING inst WHERE t.instance_id = inst.id AND t.slot = ''
+), rel AS (
+    -- An instance that ends releases its locks and wakes their waiters, in the same commit.
+    DELETE FROM wf_locks l USING inst WHERE l.holder = inst.id RETURNING l.key
+), woke AS (
+    UPDATE wf_tasks SET due_at = now()
+    WHERE lease_owner IS NULL
+      AND instance_id IN (SELECT w.instance_id FROM wf_lock_waiters w JOIN rel ON rel.key = w.key)
 )
-SELECT version FROM inst;
+SELECT version, pg_notify(%(channel)s, 'finish') FROM inst;
 
 -- name: apply_keep
 SELECT version FROM inst;
@@ -194,3 +201,44 @@ SET status = %(status)s, step = %(step)s, step_attempts = %(step_attempts)s,
     attempts = %(attempts)s, progress = %(progress)s, error = %(error)s,
     cancel_requested = %(cancel_requested)s, version = version + 1, updated_at = now()
 WHERE id = %(id)s;
+
+-- name: lock_acquire
+WITH waiting AS (
+    INSERT INTO wf_lock_waiters (key, instance_id) VALUES (%(key)s, %(id)s)
+    ON CONFLICT DO NOTHING
+), ins AS (
+    INSERT INTO wf_locks (key, holder) VALUES (%(key)s, %(id)s)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING holder
+)
+SELECT holder FROM ins
+UNION ALL
+SELECT holder FROM wf_locks WHERE key = %(key)s
+LIMIT 1;
+
+-- name: lock_unwait
+DELETE FROM wf_lock_waiters WHERE key = %(key)s AND instance_id = %(id)s;
+
+-- name: lock_release
+WITH rel AS (
+    DELETE FROM wf_locks WHERE holder = %(id)s AND (%(key)s::text IS NULL OR key = %(key)s)
+    RETURNING key
+), woke AS (
+    UPDATE wf_tasks SET due_at = now()
+    WHERE lease_owner IS NULL
+      AND instance_id IN (SELECT w.instance_id FROM wf_lock_waiters w JOIN rel ON rel.key = w.key)
+    RETURNING instance_id
+)
+SELECT (SELECT count(*) FROM rel) AS released, (SELECT count(*) FROM woke) AS woken,
+       pg_notify(%(channel)s, 'lock');
+
+-- name: lock_holder
+SELECT holder FROM wf_locks WHERE key = %(key)s;
+
+-- name: wake_instances
+WITH woke AS (
+    UPDATE wf_tasks SET due_at = now()
+    WHERE instance_id = ANY(%(ids)s) AND lease_owner IS NULL
+    RETURNING instance_id
+)
+SELECT count(*), pg_notify(%(channel)s, 'wake') FROM woke;

@@ -95,3 +95,29 @@ UPDATE wf_tasks SET lease_owner = NULL, in_flight = 0, due_at = :due_at WHERE in
 -- name: raw_instance
 SELECT id, type, status, step, CAST(input AS TEXT) AS input, CAST(progress AS TEXT) AS progress
 FROM wf_instances WHERE id = :id;
+
+-- name: lock_wait
+INSERT OR IGNORE INTO wf_lock_waiters (key, instance_id, since) VALUES (:key, :id, :now);
+
+-- name: lock_insert
+INSERT OR IGNORE INTO wf_locks (key, holder, since) VALUES (:key, :id, :now);
+
+-- name: lock_holder
+SELECT holder FROM wf_locks WHERE key = :key;
+
+-- name: lock_unwait
+DELETE FROM wf_lock_waiters WHERE key = :key AND instance_id = :id;
+
+-- name: lock_held
+SELECT key FROM wf_locks WHERE holder = :id AND (:key IS NULL OR key = :key);
+
+-- name: lock_delete
+DELETE FROM wf_locks WHERE holder = :id AND key = :key;
+
+-- name: lock_wake
+UPDATE wf_tasks SET due_at = :now
+WHERE lease_owner IS NULL
+  AND instance_id IN (SELECT instance_id FROM wf_lock_waiters WHERE key = :key);
+
+-- name: wake_instance
+UPDATE wf_tasks SET due_at = :now WHERE instance_id = :id AND lease_owner IS NULL;
