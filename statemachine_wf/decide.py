@@ -156,7 +156,7 @@ def failure(
     ``failures`` is the count of consecutive failures of this step before this one.
     """
     if isinstance(exc, Waiting):
-        payload = {"lock": exc.key, "holder": exc.holder}
+        payload: dict[str, Any] = {"lock": exc.key, "holder": exc.holder}
         return _decide(
             state,
             [NewEvent(Ev.STEP_WAITING, step, attempt, payload)],
@@ -187,7 +187,11 @@ def failure(
     else:
         delay = 0.0
         task = Finish()
-    payload = {"outcome": outcome, "retry_in": round(delay, 3), "failures": failures}
+    payload = {
+        "outcome": outcome,
+        "retry_in": round(delay, 3),
+        "failures": failures,
+    }
     return _decide(state, [NewEvent(Ev.STEP_FAILED, step, attempt, payload, info)], task)
 
 

@@ -9,4 +9,6 @@ settings.register_profile(
     "ci", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
-settings.load_profile(os.environ.get("SWF_HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+settings.load_profile(
+    os.environ.get("SWF_HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev")
+)

@@ -46,7 +46,9 @@ def sqlite_path(tmp_path: Path) -> str:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def store_url(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[str, dict[str, str]]]:
     """``(url, options)`` to open the same store from another process or thread."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'swf.db'}", {}
