@@ -156,7 +156,11 @@ def failure(
     ``failures`` is the count of consecutive failures of this step before this one.
     """
     if isinstance(exc, Waiting):
-        payload: dict[str, Any] = {"lock": exc.key, "holder": exc.holder}
+        payload: dict[str, Any] = (
+            {"lock": exc.key, "holder": exc.holder}
+            if exc.key is not None
+            else {"snooze": exc.recheck, "reason": exc.message}
+        )
         return _decide(
             state,
             [NewEvent(Ev.STEP_WAITING, step, attempt, payload)],

@@ -20,6 +20,7 @@ The tree::
         ├── Stall                  wait for an external condition, auto-retry later
         ├── Fail                   terminal: FAILED, manual intervention needed
         └── Waiting                not a failure: parked until a lock frees (ctx.hold)
+            └── Snooze             not a failure: run this step again in N seconds
 
 Adapters root their own errors here too (``adapters.ethereum.errors.ChainError`` is a
 ``WorkflowError``), so ``except WorkflowError`` catches everything the SDK raises.
@@ -176,6 +177,25 @@ class Waiting(StepFailure):
 
     def __init__(self, key: str, holder: str, *, recheck: float = 30.0) -> None:
         super().__init__(f"waiting for lock {key!r} held by instance {holder}")
-        self.key = key
-        self.holder = holder
+        self.key: str | None = key
+        self.holder: str | None = holder
         self.recheck = recheck
+
+
+class Snooze(Waiting):
+    """Not done yet (a transaction still pending): run this step again in ``seconds``.
+
+    No failure is counted and the retry policy is not consulted; the step's next attempt
+    is due after ``seconds``. Use it for polling an external condition that is expected
+    to change, and ``Stall`` for one that needs help.
+    """
+
+    code = "snooze"
+
+    def __init__(self, seconds: float, reason: str = "not done yet") -> None:
+        if seconds < 0:
+            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        StepFailure.__init__(self, reason)
+        self.key = None
+        self.holder = None
+        self.recheck = seconds

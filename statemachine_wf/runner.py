@@ -446,7 +446,11 @@ class Runner:
                     "instance %s: step %s raised %r -> %s", d.instance.id, step, exc, cls.__name__
                 )
             self._fail(d, step, attempt, cls, exc)
-            if isinstance(exc, Waiting) and self.store.lock_holder(exc.key) is None:
+            if (
+                isinstance(exc, Waiting)
+                and exc.key is not None
+                and self.store.lock_holder(exc.key) is None
+            ):
                 # The holder let go while we were still inside the action (its wake-up
                 # skipped our leased task): wake ourselves rather than sleep to the recheck.
                 self.store.wake_instances([d.instance.id])

@@ -95,3 +95,24 @@ def test_explicit_release_and_release_on_failure(store: Store) -> None:
     Runner(store, [ReleaseEarly]).run_until_idle(timeout=10)
     assert client.status(a) == Status.FAILED
     assert store.lock_holder("k1") is None
+
+
+def test_snooze_reruns_later_without_counting_a_failure(store: Store) -> None:
+    from statemachine_wf import RetryPolicy, Snooze
+
+    class Poll(Workflow[In, Pr]):
+        workflow_type = "t.poll.v1"
+        retry_policy = RetryPolicy(max_attempts=1)  # any counted failure would stall it
+
+        @step(initial=True, to=COMPLETED)
+        def check(self, ctx: StepContext[In, Pr]) -> None:
+            if ctx.attempt < 4:
+                raise Snooze(0.01, "tx pending")
+
+    client = Client(store, [Poll])
+    i = client.start(Poll, In(key="x"))
+    Runner(store, [Poll]).run_until_idle(timeout=10)
+    assert client.status(i) == Status.COMPLETED
+    waits = [e for e in client.history(i) if e.event_type == "STEP_WAITING"]
+    assert [e.payload["reason"] for e in waits] == ["tx pending"] * 3
+    assert client.verify(i) == {}
