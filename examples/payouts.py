@@ -118,6 +118,14 @@ class Payout(Workflow[PayoutInput, PayoutProgress]):
         return ctx.unchanged()
 
 
+def dependencies() -> dict[str, object]:
+    """What ``statemachine-wf worker --deps examples.payouts:dependencies`` injects.
+
+    The bank's ledger lives in ``SWF_BANK_PATH`` (default ``bank.db``).
+    """
+    return {"bank": Bank(os.environ.get("SWF_BANK_PATH", "bank.db")), "notifications": []}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the payout demo.")
     parser.add_argument("--db", help="store URL (default: a fresh SQLite file)")

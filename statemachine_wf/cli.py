@@ -74,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--prefix", action="append", default=list(env.prefixes), dest="prefixes")
     w.add_argument("--id", default=env.worker_id, dest="worker_id")
     w.add_argument("--until-idle", action="store_true", help="exit when nothing is due")
+    w.add_argument(
+        "--deps",
+        help="MODULE:FUNCTION returning the dependencies (a dict) set on workflow objects",
+    )
 
     s = sub.add_parser("start", help="start a workflow; prints its id")
     s.add_argument("type")
@@ -145,6 +149,7 @@ def _run(args: argparse.Namespace) -> int:
         runner = Runner(
             store,
             workflows,
+            dependencies=_dependencies(args.deps),
             options=RunnerOptions(
                 concurrency=args.concurrency,
                 lease=args.lease,
@@ -228,6 +233,19 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{d['id']:>6} {d['instance_id']}  {d['reason']}")
     store.close()
     return 0
+
+
+def _dependencies(spec: str | None) -> dict[str, Any]:
+    if not spec:
+        return {}
+    module_name, _, func_name = spec.partition(":")
+    if not func_name:
+        raise ValueError(f"--deps must be MODULE:FUNCTION, got {spec!r}")
+    factory = getattr(importlib.import_module(module_name), func_name)
+    deps = factory()
+    if not isinstance(deps, dict):
+        raise ValueError(f"{spec} returned {type(deps).__name__}, not a dict")
+    return deps
 
 
 def _event_dict(e: Any) -> dict[str, Any]:

@@ -1,0 +1,24 @@
+# The two commands of the README. Everything the project needs is installed from here:
+# the Python package with its extras from PyPI, the real peers (anvil, arlocal, solc)
+# from npm. Nothing else is downloaded.
+PY ?= python3
+
+.PHONY: demo install test check bench
+
+demo:  ## run the payout example on SQLite, printing what happened
+	$(PY) -m pip install -q -e . && $(PY) -m examples.payouts
+
+install:  ## install the package with every extra, and the npm peers
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	npm install --no-audit --no-fund --loglevel=error
+
+test: install  ## install everything and run every test
+	$(PY) -m pytest -q
+
+check:  ## types and lint
+	$(PY) -m mypy
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+bench: install  ## benchmarks against raw SQL and the peers
+	$(PY) -m bench
