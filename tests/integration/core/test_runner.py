@@ -440,3 +440,22 @@ def test_step_timeout_is_retried(store: Store) -> None:
     failed = [e for e in client.history(i) if e.event_type == "STEP_FAILED"]
     assert failed[0].error is not None
     assert failed[0].error["code"] == "timeout"
+
+
+def test_corrupt_row_is_quarantined_and_the_runner_keeps_going(sqlite_store: Store) -> None:
+    import sqlite3
+
+    store = sqlite_store
+    client = Client(store, [Flaky])
+    bad = client.start(Flaky, In())
+    good = client.start(Flaky, In())
+    with sqlite3.connect(store.path) as raw:  # type: ignore[attr-defined]
+        raw.execute("UPDATE wf_instances SET progress = '{not json' WHERE id = ?", (bad,))
+    run(store, [Flaky], {"calls": {}})
+    assert client.status(good) == Status.COMPLETED
+    letters = store.dead_letters()
+    assert letters[0]["instance_id"] == bad
+    assert "corrupt row" in letters[0]["reason"]
+    task = store.task(bad)
+    assert task is not None
+    assert task.due_at > time.time() + 3600  # parked, not retried in a hot loop
