@@ -239,7 +239,11 @@ class Runner:
         skipped: set[str] = set()
         for record in self.store.active():
             if record.type in hosted:
-                self._startup.put(record.id)
+                # A STALLED instance keeps its own schedule unless its workflow can ask the
+                # outside world whether the condition it waits for has changed.
+                cls = self.classes[record.type]
+                if record.status == Status.RUNNING or cls.spec().has_reconcile:
+                    self._startup.put(record.id)
             elif record.type not in skipped:
                 skipped.add(record.type)
                 log.info(
