@@ -1,0 +1,1 @@
+"""Benchmarks of statemachine_wf (``python -m bench core``); see bench/README.md."""

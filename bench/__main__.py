@@ -1,0 +1,67 @@
+"""``python -m bench core [--n 1000] [--quick]`` and ``python -m bench profile``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    core = sub.add_parser("core", help="N workflows x 3 no-op steps, every configuration")
+    core.add_argument("--n", type=int, default=1000, help="workflows per configuration")
+    core.add_argument("--quick", action="store_true", help="smoke run: N=200, 30 latencies")
+    core.add_argument("--procs", type=int, default=4, help="processes of the 'Np' rows")
+    core.add_argument("--pg-concurrency", type=int, default=8, help="runner threads/process")
+    core.add_argument("--sqlite-concurrency", type=int, default=4, help="runner threads/proc")
+    core.add_argument("--latency-samples", type=int, default=200)
+    core.add_argument("--only", default="", help="comma-separated configuration names")
+    core.add_argument("--list", action="store_true", help="list configuration names")
+    core.add_argument("--json", default="", help="also write the results here")
+    core.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+
+    prof = sub.add_parser("profile", help="cProfile one single-process runner run")
+    prof.add_argument("--store", choices=("pg", "sqlite"), default="pg")
+    prof.add_argument("--n", type=int, default=1000)
+    prof.add_argument("--concurrency", type=int, default=0, help="default: 8 pg, 4 sqlite")
+    prof.add_argument("--top", type=int, default=30)
+    prof.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
+    prof.add_argument("--dsn", default="")
+    prof.add_argument("--no-profile", action="store_true", help="time only (for py-spy)")
+
+    args = parser.parse_args(argv)
+    if args.cmd == "core":
+        from . import core as c
+
+        if args.list:
+            print("\n".join(c.CONFIGS))
+            return 0
+        s = c.Settings(
+            n=200 if args.quick and args.n == 1000 else args.n,
+            procs=args.procs,
+            pg_concurrency=args.pg_concurrency,
+            sqlite_concurrency=args.sqlite_concurrency,
+            latency_samples=30 if args.quick else args.latency_samples,
+        )
+        if args.dsn:
+            s.dsn = args.dsn
+        only = [x.strip() for x in args.only.split(",") if x.strip()] or None
+
+        def log(msg: str) -> None:
+            print(msg, file=sys.stderr, flush=True)
+
+        results = c.run(s, only, log)
+        print(c.table(results, s))
+        if args.json:
+            c.dump_json(results, args.json)
+        return 1 if any(r.error for r in results) else 0
+
+    from . import profile as p
+
+    return p.main(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

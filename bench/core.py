@@ -1,0 +1,897 @@
+"""The core benchmark: N workflows of three no-op steps, every configuration in one run.
+
+Each configuration gets a fresh PostgreSQL schema (or database, for DBOS) or a fresh
+SQLite file, runs in ``spawn``-ed processes that meet the parent at a barrier, and is
+timed from the barrier to the moment the parent sees the last instance COMPLETED (runner
+configurations) or the last worker finish (raw SQL, DBOS). Nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import sqlite3
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STEPS = 3
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+DBOS_DB = "swfbench_dbos"
+
+
+def pg_dsn() -> str:
+    return os.environ.get("SWF_TEST_PG_DSN", DEFAULT_DSN)
+
+
+def _dsn_with_db(dsn: str, db: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = db
+    return make_conninfo(**params)
+
+
+def _dbos_pg_url(dsn: str) -> str:
+    """DBOS wants a SQLAlchemy-style URL."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    p = conninfo_to_dict(dsn)
+    auth = p.get("user", "postgres") + (f":{p['password']}" if p.get("password") else "")
+    host = f"{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}"
+    return f"postgresql://{auth}@{host}/{DBOS_DB}?application_name=swfbench-dbos"
+
+
+# -- configuration and result records ---------------------------------------------------
+@dataclass
+class Result:
+    name: str
+    store: str  # "pg" | "sqlite"
+    system: str  # "swf" | "raw" | "dbos"
+    procs: int
+    workflows: int
+    seconds: float
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.workflows * STEPS / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def wf_per_s(self) -> float:
+        return self.workflows / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Settings:
+    n: int = 1000
+    procs: int = 4
+    pg_concurrency: int = 8
+    sqlite_concurrency: int = 4
+    latency_samples: int = 200
+    dsn: str = field(default_factory=pg_dsn)
+    timeout: float = 600.0
+    tmp: str = ""
+
+
+# -- stores -------------------------------------------------------------------------
+def open_store(spec: dict[str, Any]) -> Any:
+    if spec["store"] == "pg":
+        from statemachine_wf.stores.postgres import PostgresStore
+
+        dsn = spec["dsn"]
+        if spec.get("app"):
+            dsn = with_app(dsn, spec["app"])
+        return PostgresStore(dsn, schema=spec["schema"], pool_size=spec.get("concurrency", 8) + 4)
+    from statemachine_wf.stores.sqlite import SQLiteStore
+
+    return SQLiteStore(spec["path"])
+
+
+def warm_pool(store: Any, k: int) -> None:
+    """Open ``k`` pool connections before the clock starts (psycopg_pool grows lazily)."""
+    pool = getattr(store, "_pool", None)
+    if pool is None:
+        return
+    conns = [pool.getconn(timeout=30) for _ in range(k)]
+    for conn in conns:
+        pool.putconn(conn)
+
+
+def fresh_store(spec: dict[str, Any]) -> None:
+    """Create the schema (or file) of a configuration, empty."""
+    if spec["store"] == "pg":
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(spec["dsn"], autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(spec["schema"]))
+            )
+    else:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(spec["path"] + suffix)
+    store = open_store(spec)
+    store.migrate()
+    store.close()
+
+
+def drop_store(spec: dict[str, Any]) -> None:
+    if spec["store"] == "pg":
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(spec["dsn"], autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(spec["schema"]))
+            )
+    else:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(spec["path"] + suffix)
+
+
+def precreate(spec: dict[str, Any], n: int) -> float:
+    """Start ``n`` instances with Client.start, sequentially; returns the seconds taken."""
+    from statemachine_wf.client import Client
+
+    from .workload import ThreeSteps
+
+    store = open_store(spec)
+    client = Client(store)
+    warm_pool(store, 1)
+    t0 = time.perf_counter()
+    for i in range(n):
+        client.start(ThreeSteps, {"n": i})
+    elapsed = time.perf_counter() - t0
+    store.close()
+    return elapsed
+
+
+@contextlib.contextmanager
+def watcher(spec: dict[str, Any]) -> Iterator[Callable[[], tuple[int, int]]]:
+    """A read-only connection answering (completed, total) for the parent's polling."""
+    q = "SELECT count(*) FILTER (WHERE status = 'COMPLETED'), count(*) FROM wf_instances"
+    if spec["store"] == "pg":
+        import psycopg
+
+        conn = psycopg.connect(
+            spec["dsn"], autocommit=True, options=f"-c search_path={spec['schema']}"
+        )
+
+        def count() -> tuple[int, int]:
+            row = conn.execute(q).fetchone()
+            assert row is not None
+            return int(row[0]), int(row[1])
+
+        try:
+            yield count
+        finally:
+            conn.close()
+    else:
+        lite = sqlite3.connect(spec["path"], isolation_level=None)
+
+        def count() -> tuple[int, int]:
+            row = lite.execute(q).fetchone()
+            return int(row[0]), int(row[1])
+
+        try:
+            yield count
+        finally:
+            lite.close()
+
+
+# -- CPU accounting (Linux /proc) ---------------------------------------------------------
+def proc_cpu(comm: str) -> float:
+    """CPU seconds of every live process called ``comm``, plus that of its reaped children.
+
+    For postgres the postmaster's cutime/cstime hold the CPU of backends that have exited.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        if raw[raw.index("(") + 1 : raw.rindex(")")] == comm:
+            fields = raw[raw.rindex(")") + 2 :].split()
+            total += sum(int(x) for x in fields[11:15])
+    return total / tick
+
+
+def _pid_cpu(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            raw = fh.read()
+    except OSError:
+        return 0.0
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BackendCPU:
+    """CPU of the postgres backends whose application_name is ``app`` (same machine)."""
+
+    def __init__(self, dsn: str, app: str) -> None:
+        import psycopg
+
+        self.app = app
+        self.conn = psycopg.connect(dsn, autocommit=True, application_name="swfbench-monitor")
+        self.start = self._snapshot()
+
+    def _snapshot(self) -> dict[int, float]:
+        rows = self.conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (self.app,)
+        ).fetchall()
+        return {int(r[0]): _pid_cpu(int(r[0])) for r in rows}
+
+    def used(self) -> float:
+        end = self._snapshot()
+        self.conn.close()
+        return sum(cpu - self.start.get(pid, 0.0) for pid, cpu in end.items())
+
+
+def with_app(dsn: str, app: str) -> str:
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(dsn, application_name=app)
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine, every tenant included."""
+    with open("/proc/stat") as fh:
+        v = [int(x) for x in fh.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+# -- process groups ---------------------------------------------------------------------
+def _child(
+    target: Callable[..., dict[str, Any]],
+    spec: dict[str, Any],
+    barrier: Any,
+    stop: Any,
+    results: Any,
+) -> None:
+    try:
+        out = target(spec, barrier, stop)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            barrier.abort()
+        out = {"error": traceback.format_exc()}
+    results.put(out)
+
+
+def run_group(
+    target: Callable[..., dict[str, Any]],
+    specs: list[dict[str, Any]],
+    *,
+    poll: Callable[[], tuple[int, int]] | None = None,
+    expect: int = 0,
+    timeout: float = 600.0,
+) -> tuple[float, list[dict[str, Any]]]:
+    """Run ``target(spec, barrier, stop)`` in one spawned process per spec.
+
+    The clock starts when every child and the parent have met at the barrier. With
+    ``poll`` the parent watches the database until ``expect`` instances are COMPLETED,
+    then tells the children to stop; without it, it waits for them to finish and the
+    clock stops at the latest child's own end time (CLOCK_MONOTONIC is system-wide).
+    """
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(specs) + 1)
+    stop = ctx.Event()
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_child, args=(target, s, barrier, stop, results), daemon=True)
+        for s in specs
+    ]
+    for p in procs:
+        p.start()
+    outs: list[dict[str, Any]] = []
+    try:
+        try:
+            barrier.wait(timeout=180)
+        except Exception:
+            stop.set()
+            outs = [results.get(timeout=30) for _ in procs]
+            errors = [o["error"] for o in outs if "error" in o]
+            raise RuntimeError(errors[0] if errors else "barrier broken") from None
+        t0 = time.perf_counter()
+        b0, a0 = machine_busy()
+        elapsed: float | None = None
+        if poll is not None:
+            deadline = t0 + timeout
+            while True:
+                done, _ = poll()
+                if done >= expect:
+                    elapsed = time.perf_counter() - t0
+                    break
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"{done}/{expect} completed after {timeout} s")
+                try:
+                    # A crashed child would otherwise leave us polling until the deadline.
+                    out = results.get_nowait()
+                    outs.append(out)
+                    if "error" in out:
+                        raise RuntimeError(out["error"])
+                except queue.Empty:
+                    pass
+                time.sleep(0.005)
+        stop.set()
+        while len(outs) < len(procs):
+            outs.append(results.get(timeout=timeout))
+        b1, a1 = machine_busy()
+        for o in outs:
+            if "error" in o:
+                raise RuntimeError(o["error"])
+        if elapsed is None:
+            elapsed = max(o["t1"] for o in outs) - t0
+        outs.append(
+            {
+                "client_cpu": sum(o.get("cpu", 0.0) for o in outs),
+                "pg_cpu": sum(o.get("pg_cpu", 0.0) for o in outs),
+                "busy": (b1 - b0) / max(1, a1 - a0),
+            }
+        )
+        return elapsed, outs
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+
+
+# -- statemachine_wf runners ------------------------------------------------------------
+def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
+    from statemachine_wf.client import Client
+    from statemachine_wf.runner import Runner, RunnerOptions
+
+    from .workload import ThreeSteps
+
+    spec = dict(spec, app=f"swfbench-{os.getpid()}")
+    store = open_store(spec)
+    store.migrate()
+    runner = Runner(store, [ThreeSteps], options=RunnerOptions(concurrency=spec["concurrency"]))
+    warm_pool(store, spec["concurrency"] + 2)
+    client = Client(store)
+    produce = spec.get("produce", 0)
+    barrier.wait(timeout=180)
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    backends = BackendCPU(spec["dsn"], spec["app"]) if spec["store"] == "pg" else None
+    runner.start()
+    for i in range(produce):
+        client.start(ThreeSteps, {"n": i})
+    t_produced = time.perf_counter()
+    stop.wait()
+    cpu = time.process_time() - c0
+    pg_cpu = backends.used() if backends is not None else 0.0
+    runner.stop(timeout=30)
+    store.close()
+    return {"t0": t0, "t_produced": t_produced, "cpu": cpu, "pg_cpu": pg_cpu}
+
+
+def run_swf(s: Settings, store: str, procs: int, *, e2e: bool = False) -> Result:
+    tag = f"{store}_{'e2e' if e2e else 'run'}_{procs}p"
+    spec = _spec(s, store, tag)
+    spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
+    fresh_store(spec)
+    extra: dict[str, Any] = {"concurrency": spec["concurrency"]}
+    specs = []
+    if e2e:
+        share = [s.n // procs + (1 if i < s.n % procs else 0) for i in range(procs)]
+        specs = [dict(spec, produce=k) for k in share]
+    else:
+        start_s = precreate(spec, s.n)
+        extra["start_per_s"] = s.n / start_s
+        specs = [dict(spec) for _ in range(procs)]
+    name = f"swf {store} {procs}p" + (" e2e (start+run)" if e2e else "")
+    try:
+        with watcher(spec) as count:
+            elapsed, outs = run_group(
+                runner_child, specs, poll=count, expect=s.n, timeout=s.timeout
+            )
+            done, _ = count()
+        extra.update(outs[-1], completed=done)
+        note = f"conc {spec['concurrency']}/proc"
+        if not e2e:
+            note += f"; start() {extra['start_per_s']:.0f}/s"
+        return Result(name, store, "swf", procs, s.n, elapsed, note=note, extra=extra)
+    finally:
+        drop_store(spec)
+
+
+# -- raw SQL: the physical limit of the same writes -------------------------------------
+RAW_PG = """
+WITH inst AS (
+    UPDATE wf_instances
+    SET status = 'RUNNING', step = %(next)s, step_attempts = 1, attempts = %(attempts)s,
+        progress = '{}', version = version + 1, updated_at = now()
+    WHERE id = %(id)s AND version = %(version)s
+    RETURNING id, version
+), ev AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
+    SELECT inst.id, v.node, v.event_type, 1, v.payload, %(worker)s
+    FROM inst, (VALUES (%(node)s, 'STEP_COMPLETED', %(payload)s::jsonb),
+                       (%(next)s, 'STEP_STARTED', '{}'::jsonb)) AS v (node, event_type, payload)
+), task AS (
+    UPDATE wf_tasks t
+    SET node = %(next)s, attempt = 1, in_flight = true, failures = 0,
+        lease_owner = %(worker)s, due_at = now() + interval '30 seconds'
+    FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
+)
+SELECT version FROM inst
+"""
+
+RAW_LITE_INSTANCE = (
+    "UPDATE wf_instances SET status = 'RUNNING', step = ?, step_attempts = 1, attempts = ?,"
+    " progress = '{}', version = version + 1, updated_at = ? WHERE id = ? AND version = ?"
+)
+RAW_LITE_EVENT = (
+    "INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker,"
+    " created_at) VALUES (?, ?, ?, 1, ?, NULL, ?, ?)"
+)
+RAW_LITE_TASK = (
+    "UPDATE wf_tasks SET node = ?, attempt = 1, in_flight = 1, failures = 0, lease_owner = ?,"
+    " due_at = ? WHERE instance_id = ? AND slot = ''"
+)
+PATH = (("a", "b"), ("b", "c"), ("c", "done"))
+
+
+def raw_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
+    items: list[tuple[str, int]] = spec["items"]
+    worker = f"raw-{os.getpid()}"
+    if spec["store"] == "pg":
+        import psycopg
+        from psycopg.types.json import Jsonb
+
+        conn = psycopg.connect(
+            spec["dsn"], autocommit=True, options=f"-c search_path={spec['schema']}"
+        )
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        barrier.wait(timeout=180)
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        b0 = _pid_cpu(backend)
+        for iid, version in items:
+            attempts: dict[str, int] = {}
+            for node, nxt in PATH:
+                attempts[nxt] = 1
+                row = conn.execute(
+                    RAW_PG,
+                    {
+                        "id": iid,
+                        "version": version,
+                        "node": node,
+                        "next": nxt,
+                        "attempts": Jsonb(attempts),
+                        "payload": Jsonb({"progress": {}, "to": nxt}),
+                        "worker": worker,
+                    },
+                ).fetchone()
+                if row is None:
+                    raise RuntimeError(f"raw CAS lost on {iid}")
+                version = row[0]
+        t1 = time.perf_counter()
+        cpu = time.process_time() - c0
+        pg_cpu = _pid_cpu(backend) - b0
+        conn.close()
+    else:
+        lite = sqlite3.connect(spec["path"], timeout=30.0, isolation_level=None)
+        lite.execute("PRAGMA journal_mode=WAL")
+        lite.execute("PRAGMA synchronous=FULL")
+        lite.execute("PRAGMA foreign_keys=ON")
+        barrier.wait(timeout=180)
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        for iid, version in items:
+            attempts = {}
+            for node, nxt in PATH:
+                attempts[nxt] = 1
+                now = time.time()
+                lite.execute("BEGIN IMMEDIATE")
+                cur = lite.execute(
+                    RAW_LITE_INSTANCE, (nxt, json.dumps(attempts), now, iid, version)
+                )
+                if cur.rowcount != 1:
+                    raise RuntimeError(f"raw CAS lost on {iid}")
+                lite.executemany(
+                    RAW_LITE_EVENT,
+                    [
+                        (
+                            iid,
+                            node,
+                            "STEP_COMPLETED",
+                            json.dumps({"progress": {}, "to": nxt}),
+                            worker,
+                            now,
+                        ),
+                        (iid, nxt, "STEP_STARTED", "{}", worker, now),
+                    ],
+                )
+                lite.execute(RAW_LITE_TASK, (nxt, worker, now + 30.0, iid))
+                lite.execute("COMMIT")
+                version += 1
+        t1 = time.perf_counter()
+        cpu = time.process_time() - c0
+        pg_cpu = 0.0
+        lite.close()
+    return {"t0": t0, "t1": t1, "cpu": cpu, "pg_cpu": pg_cpu}
+
+
+def _versions(spec: dict[str, Any]) -> list[tuple[str, int]]:
+    q = "SELECT id, version FROM wf_instances ORDER BY created_at"
+    if spec["store"] == "pg":
+        import psycopg
+
+        with psycopg.connect(
+            spec["dsn"], autocommit=True, options=f"-c search_path={spec['schema']}"
+        ) as conn:
+            return [(str(r[0]), int(r[1])) for r in conn.execute(q).fetchall()]
+    lite = sqlite3.connect(spec["path"])
+    try:
+        return [(str(r[0]), int(r[1])) for r in lite.execute(q).fetchall()]
+    finally:
+        lite.close()
+
+
+def run_raw(s: Settings, store: str, procs: int) -> Result:
+    spec = _spec(s, store, f"{store}_raw_{procs}p")
+    fresh_store(spec)
+    try:
+        precreate(spec, s.n)
+        items = _versions(spec)
+        specs = [dict(spec, items=items[i::procs]) for i in range(procs)]
+        elapsed, outs = run_group(raw_child, specs, timeout=s.timeout)
+        what = "1 CTE statement" if store == "pg" else "BEGIN IMMEDIATE..COMMIT, FULL"
+        return Result(
+            f"raw SQL {store} {procs}p",
+            store,
+            "raw",
+            procs,
+            s.n,
+            elapsed,
+            note=f"{what} per step",
+            extra=outs[-1],
+        )
+    finally:
+        drop_store(spec)
+
+
+# -- DBOS -----------------------------------------------------------------------------
+def dbos_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
+    import logging
+
+    from dbos import DBOS
+
+    DBOS(config={"name": "swfbench", "system_database_url": spec["url"], "log_level": "ERROR"})
+
+    @DBOS.step()
+    def s1(i: int) -> int:
+        return i
+
+    @DBOS.step()
+    def s2(i: int) -> int:
+        return i
+
+    @DBOS.step()
+    def s3(i: int) -> int:
+        return i
+
+    @DBOS.workflow()
+    def three(i: int) -> int:
+        s1(i)
+        s2(i)
+        return s3(i)
+
+    DBOS.launch()
+    logging.getLogger("dbos").setLevel(logging.ERROR)
+    three(-1)  # warm-up: first-use costs outside the clock
+    barrier.wait(timeout=180)
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    pg = spec["url"].startswith("postgresql")
+    backends = BackendCPU(spec["dsn"], "swfbench-dbos") if pg else None
+    handles = [DBOS.start_workflow(three, i) for i in range(spec["n"])]
+    t_started = time.perf_counter()
+    for h in handles:
+        h.get_result()
+    t1 = time.perf_counter()
+    cpu = time.process_time() - c0
+    pg_cpu = backends.used() if backends is not None else 0.0
+    DBOS.destroy()
+    return {"t0": t0, "t1": t1, "t_started": t_started, "cpu": cpu, "pg_cpu": pg_cpu}
+
+
+def run_dbos(s: Settings, store: str) -> Result:
+    spec: dict[str, Any] = {"n": s.n, "dsn": s.dsn}
+    if store == "pg":
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(s.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(DBOS_DB)))
+        spec["url"] = _dbos_pg_url(s.dsn)
+    else:
+        path = os.path.join(s.tmp, "dbos.sqlite")
+        spec["url"] = f"sqlite:///{path}"
+    try:
+        elapsed, outs = run_group(dbos_child, [spec], timeout=s.timeout)
+        started = outs[0]["t_started"] - outs[0]["t0"]
+        return Result(
+            f"DBOS {store} 1p e2e (start+run)",
+            store,
+            "dbos",
+            1,
+            s.n,
+            elapsed,
+            note=f"start_workflow+get_result; starts {s.n / started:.0f}/s",
+            extra=outs[-1],
+        )
+    finally:
+        if store == "pg":
+            import psycopg
+            from psycopg import sql
+
+            with psycopg.connect(s.dsn, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        sql.Identifier(DBOS_DB)
+                    )
+                )
+
+
+# -- start -> first step latency ---------------------------------------------------------
+def latency_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
+    from statemachine_wf.runner import Runner, RunnerOptions
+
+    from . import workload
+
+    workload.REPORT = spec["report"]
+    store = open_store(spec)
+    store.migrate()
+    runner = Runner(
+        store, [workload.ThreeSteps], options=RunnerOptions(concurrency=spec["concurrency"])
+    )
+    warm_pool(store, spec["concurrency"] + 2)
+    runner.start()
+    time.sleep(0.5)  # every worker is idle, waiting for work
+    barrier.wait(timeout=180)
+    stop.wait()
+    runner.stop(timeout=30)
+    store.close()
+    return {"t0": 0.0, "t1": 0.0}
+
+
+def _latency_child_entry(
+    spec: dict[str, Any], barrier: Any, stop: Any, results: Any, report: Any
+) -> None:
+    spec = dict(spec, report=report)
+    _child(latency_child, spec, barrier, stop, results)
+
+
+def run_latency(s: Settings, store: str) -> Result:
+    from statemachine_wf.client import Client
+
+    from .workload import ThreeSteps
+
+    spec = _spec(s, store, f"{store}_latency")
+    spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
+    fresh_store(spec)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    stop = ctx.Event()
+    results = ctx.Queue()
+    report = ctx.Queue()
+    proc = ctx.Process(
+        target=_latency_child_entry, args=(spec, barrier, stop, results, report), daemon=True
+    )
+    proc.start()
+    client_store = open_store(spec)
+    try:
+        client = Client(client_store)
+        warm_pool(client_store, 1)
+        barrier.wait(timeout=180)
+        firsts: list[float] = []
+        calls: list[float] = []
+        warmup = 5
+        for i in range(s.latency_samples + warmup):
+            t0 = time.perf_counter()
+            iid = client.start(ThreeSteps, {"n": i})
+            t_returned = time.perf_counter()
+            got, what, t_first = report.get(timeout=30)
+            if (got, what) != (iid, "first"):
+                raise RuntimeError(f"unexpected report {(got, what)} for {iid}")
+            got, what, _ = report.get(timeout=30)  # the last step: the runner goes idle
+            if i >= warmup:
+                firsts.append((t_first - t0) * 1000)
+                calls.append((t_returned - t0) * 1000)
+            time.sleep(0.02)  # let every worker go back to waiting
+        stop.set()
+        out = results.get(timeout=60)
+        if "error" in out:
+            raise RuntimeError(out["error"])
+    finally:
+        stop.set()
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+        client_store.close()
+        drop_store(spec)
+    extra = {
+        "p50_ms": _pct(firsts, 50),
+        "p90_ms": _pct(firsts, 90),
+        "p99_ms": _pct(firsts, 99),
+        "max_ms": max(firsts),
+        "start_call_p50_ms": _pct(calls, 50),
+        "start_call_p99_ms": _pct(calls, 99),
+        "samples": len(firsts),
+    }
+    return Result(
+        f"latency {store}: start -> first step",
+        store,
+        "latency",
+        2,
+        len(firsts),
+        sum(firsts) / 1000,
+        extra=extra,
+        note="runner idle in another process; perf_counter (CLOCK_MONOTONIC)",
+    )
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+    return ordered[k]
+
+
+# -- the run ----------------------------------------------------------------------------
+def _spec(s: Settings, store: str, tag: str) -> dict[str, Any]:
+    if store == "pg":
+        return {"store": "pg", "dsn": s.dsn, "schema": f"swfbench_{tag}_{os.getpid()}"}
+    return {"store": "sqlite", "path": os.path.join(s.tmp, f"{tag}.db")}
+
+
+CONFIGS: dict[str, Callable[[Settings], Result]] = {
+    "raw-sqlite-1": lambda s: run_raw(s, "sqlite", 1),
+    "raw-sqlite-n": lambda s: run_raw(s, "sqlite", s.procs),
+    "swf-sqlite-1": lambda s: run_swf(s, "sqlite", 1),
+    "swf-sqlite-n": lambda s: run_swf(s, "sqlite", s.procs),
+    "e2e-sqlite-1": lambda s: run_swf(s, "sqlite", 1, e2e=True),
+    "dbos-sqlite": lambda s: run_dbos(s, "sqlite"),
+    "raw-pg-1": lambda s: run_raw(s, "pg", 1),
+    "raw-pg-n": lambda s: run_raw(s, "pg", s.procs),
+    "swf-pg-1": lambda s: run_swf(s, "pg", 1),
+    "swf-pg-n": lambda s: run_swf(s, "pg", s.procs),
+    "e2e-pg-1": lambda s: run_swf(s, "pg", 1, e2e=True),
+    "e2e-pg-n": lambda s: run_swf(s, "pg", s.procs, e2e=True),
+    "dbos-pg": lambda s: run_dbos(s, "pg"),
+    "latency-pg": lambda s: run_latency(s, "pg"),
+    "latency-sqlite": lambda s: run_latency(s, "sqlite"),
+}
+
+
+def run(s: Settings, only: list[str] | None, log: Callable[[str], None]) -> list[Result]:
+    names = only or list(CONFIGS)
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configuration(s) {unknown}; known: {list(CONFIGS)}")
+    own_tmp = not s.tmp
+    if own_tmp:
+        s.tmp = tempfile.mkdtemp(prefix="swfbench-")
+    results: list[Result] = []
+    try:
+        for name in names:
+            log(f"-- {name} ...")
+            t = time.perf_counter()
+            try:
+                r = CONFIGS[name](s)
+            except Exception as exc:  # a failed configuration is reported, not fatal
+                msg = str(exc).strip().splitlines()
+                r = Result(name, "?", "?", 0, 0, 0.0, error=msg[-1] if msg else repr(exc))
+            log(f"   {name}: {_short(r)} ({time.perf_counter() - t:.1f} s wall)")
+            results.append(r)
+    finally:
+        if own_tmp:
+            shutil.rmtree(s.tmp, ignore_errors=True)
+    return results
+
+
+def _short(r: Result) -> str:
+    if r.error:
+        return f"ERROR {r.error}"
+    if r.system == "latency":
+        return f"p50 {r.extra['p50_ms']:.2f} ms, p99 {r.extra['p99_ms']:.2f} ms"
+    return f"{r.steps_per_s:.0f} steps/s, {r.wf_per_s:.0f} wf/s"
+
+
+# -- the table ----------------------------------------------------------------------------
+TARGETS = {
+    ("pg", "swf", 1, False): 2500.0,
+    ("pg", "swf", 4, False): 6000.0,
+    ("sqlite", "swf", 1, False): 3000.0,
+}
+
+
+def table(results: list[Result], s: Settings) -> str:
+    def find(store: str, system: str, procs: int) -> Result | None:
+        for r in results:
+            if (r.store, r.system, r.procs, r.error) == (store, system, procs, None):
+                return r
+        return None
+
+    head = (
+        f"{'configuration':<34} {'steps/s':>8} {'wf/s':>7} {'vs raw':>7} {'vs DBOS':>8}"
+        f"  {'target':<16} {'cpu ms/step':>12} {'busy':>5}  notes"
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        if r.error:
+            lines.append(f"{r.name:<34} ERROR: {r.error}")
+            continue
+        if r.system == "latency":
+            e = r.extra
+            met = "met" if e["p99_ms"] <= 10.0 else "NOT met"
+            tgt = f"p99<=10ms {met}" if r.store == "pg" else ""
+            lines.append(
+                f"{r.name:<34} p50 {e['p50_ms']:.2f} ms, p90 {e['p90_ms']:.2f} ms, "
+                f"p99 {e['p99_ms']:.2f} ms, max {e['max_ms']:.2f} ms "
+                f"(n={e['samples']}; start() call p50 {e['start_call_p50_ms']:.2f} ms)  {tgt}"
+            )
+            continue
+        raw = find(r.store, "raw", r.procs)
+        dbos = find(r.store, "dbos", 1)
+        vs_raw = f"{r.steps_per_s / raw.steps_per_s:.2f}" if raw and r.system != "raw" else ""
+        vs_dbos = f"{r.steps_per_s / dbos.steps_per_s:.1f}x" if dbos and r.system != "dbos" else ""
+        e2e = "e2e" in r.name
+        target = TARGETS.get((r.store, r.system, r.procs, e2e))
+        tgt = ""
+        if target is not None:
+            tgt = f">={target:.0f} {'met' if r.steps_per_s >= target else 'NOT met'}"
+        steps = r.workflows * STEPS
+        cpu = ""
+        if "client_cpu" in r.extra:
+            cpu = f"{1000 * r.extra['client_cpu'] / steps:.2f}"
+            if r.store == "pg":
+                pg = r.extra["pg_cpu"]
+                cpu += f"+{1000 * pg / steps:.2f}" if pg > 0 else "+?"
+        busy = f"{100 * r.extra['busy']:.0f}%" if "busy" in r.extra else ""
+        lines.append(
+            f"{r.name:<34} {r.steps_per_s:>8.0f} {r.wf_per_s:>7.0f} {vs_raw:>7} {vs_dbos:>8}"
+            f"  {tgt:<16} {cpu:>12} {busy:>5}  {r.note}"
+        )
+    lines.append("")
+    lines.append(
+        f"N={s.n} workflows x {STEPS} no-op steps per configuration; {s.procs} procs for 'Np'; "
+        f"cpus={os.cpu_count()}. vs raw: same store and process count. "
+        "vs DBOS: DBOS 1p on the same store.\ncpu ms/step: client processes (+ postgres "
+        "server processes) CPU per step; busy: whole-machine CPU use during the timed run, "
+        "other tenants included."
+    )
+    return "\n".join(lines)
+
+
+def dump_json(results: list[Result], path: str) -> None:
+    rows = []
+    for r in results:
+        d = asdict(r)
+        d["steps_per_s"] = r.steps_per_s
+        d["wf_per_s"] = r.wf_per_s
+        rows.append(d)
+    with open(path, "w") as fh:
+        json.dump(rows, fh, indent=2)

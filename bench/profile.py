@@ -1,0 +1,93 @@
+"""Profile one single-process runner run in this process (every worker thread).
+
+cProfile only sees the thread that enabled it, so the runner's ``_work`` loop is
+wrapped: each worker thread profiles itself and the stats are merged at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import shutil
+import tempfile
+import threading
+import time
+from typing import Any
+
+from . import core
+
+
+def main(args: argparse.Namespace) -> int:
+    from statemachine_wf.runner import Runner, RunnerOptions
+
+    from .workload import ThreeSteps
+
+    s = core.Settings(n=args.n)
+    if args.dsn:
+        s.dsn = args.dsn
+    s.tmp = tempfile.mkdtemp(prefix="swfbench-prof-")
+    spec = core._spec(s, args.store, f"{args.store}_profile")
+    conc = args.concurrency or (s.pg_concurrency if args.store == "pg" else s.sqlite_concurrency)
+    spec["concurrency"] = conc
+    profiles: list[cProfile.Profile] = []
+    lock = threading.Lock()
+
+    class ProfiledRunner(Runner):
+        def _work(self) -> None:
+            if args.no_profile:
+                super()._work()
+                return
+            prof = cProfile.Profile()
+            prof.enable()
+            try:
+                super()._work()
+            finally:
+                prof.disable()
+                with lock:
+                    profiles.append(prof)
+
+    try:
+        core.fresh_store(spec)
+        core.precreate(spec, s.n)
+        store: Any = core.open_store(spec)
+        store.migrate()
+        core.warm_pool(store, conc + 2)
+        runner = ProfiledRunner(store, [ThreeSteps], options=RunnerOptions(concurrency=conc))
+        with core.watcher(spec) as count:
+            t0 = time.perf_counter()
+            c0 = time.process_time()
+            pg0, (b0, a0) = core.proc_cpu("postgres"), core.machine_busy()
+            runner.start()
+            while count()[0] < s.n:
+                time.sleep(0.005)
+            elapsed = time.perf_counter() - t0
+            cpu = time.process_time() - c0
+            pg_cpu, (b1, a1) = core.proc_cpu("postgres") - pg0, core.machine_busy()
+        runner.stop(timeout=30)
+        store.close()
+    finally:
+        core.drop_store(spec)
+        shutil.rmtree(s.tmp, ignore_errors=True)
+    rate = s.n * core.STEPS / elapsed
+    print(
+        f"{args.store} 1 process, concurrency {conc}: {s.n} workflows in {elapsed:.2f} s = "
+        f"{rate:.0f} steps/s ({'profiled' if profiles else 'not profiled'}; pid {os.getpid()})"
+    )
+    print(
+        f"process CPU {cpu:.2f} s = {1000 * cpu / (s.n * core.STEPS):.3f} ms per step "
+        f"({100 * cpu / elapsed:.0f}% of one core)"
+    )
+    steps = s.n * core.STEPS
+    print(
+        f"postgres server CPU {pg_cpu:.2f} s = {1000 * pg_cpu / steps:.3f} ms per step; "
+        f"machine busy {100 * (b1 - b0) / max(1, a1 - a0):.0f}% of {os.cpu_count()} cpus "
+        f"during the run (other tenants included)"
+    )
+    if profiles:
+        stats = pstats.Stats(profiles[0])
+        for prof in profiles[1:]:
+            stats.add(prof)
+        stats.strip_dirs().sort_stats(args.sort).print_stats(args.top)
+    return 0

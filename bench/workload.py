@@ -1,0 +1,44 @@
+"""The benchmarked workflow: three no-op steps, importable by spawned processes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel
+
+from statemachine_wf.context import StepContext
+from statemachine_wf.workflow import COMPLETED, Workflow, step
+
+# Set in a latency-run child: (instance_id, what, perf_counter()) is put here by steps a, c.
+REPORT: Any = None
+
+
+class BenchInput(BaseModel):
+    n: int
+
+
+class BenchProgress(BaseModel):
+    pass
+
+
+Ctx = StepContext[BenchInput, BenchProgress]
+
+
+class ThreeSteps(Workflow[BenchInput, BenchProgress]):
+    workflow_type = "bench.three.v1"
+
+    @step(initial=True, to="b")
+    def a(self, ctx: Ctx) -> str:
+        if REPORT is not None:
+            REPORT.put((ctx.instance_id, "first", time.perf_counter()))
+        return "b"
+
+    @step(to="c")
+    def b(self, ctx: Ctx) -> str:
+        return "c"
+
+    @step(to=COMPLETED)
+    def c(self, ctx: Ctx) -> None:
+        if REPORT is not None:
+            REPORT.put((ctx.instance_id, "last", time.perf_counter()))
