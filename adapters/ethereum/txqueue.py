@@ -1,0 +1,411 @@
+"""The per-signer transaction queue: one transaction per signer in flight, crash-safe.
+
+A step that sends a transaction does it through :class:`TxQueue`::
+
+    queue = TxQueue(self.eth, signer, QueueSettings(confirmations=2))
+
+    @step(name="SUBMIT_ONCHAIN", to="AWAIT_TX_CONFIRM")
+    def submit(self, ctx):
+        queue.submit(ctx, lambda nonce: self.eth.build_call(c, "f", x, sender=a, nonce=nonce))
+
+    @step(name="AWAIT_TX_CONFIRM", to=COMPLETED)
+    def await_confirm(self, ctx):
+        verdict = queue.await_final(ctx)      # raises Snooze while pending
+        ...
+
+The slot is the core's durable lock (``ctx.hold``) on ``eth:<chain id>:<signer>``. It
+belongs to the workflow *instance*: it is taken in the submit step, kept through the
+await step and across runner crashes, and released when the transaction is final (or
+when the instance ends). Instances waiting for it are parked and woken by the core when
+it frees; nothing here sleeps or polls for the slot.
+
+Under the slot, in this order:
+
+1. the nonce comes from the chain (``pending``: a transaction of this signer sent by
+   another path is queued behind, not collided with);
+2. the transaction is built and signed;
+3. the signed bytes, hash and nonce are saved durably (``ctx.save`` of a :class:`TxRecord`
+   into the next free ``tx_N`` progress field) — *before* the broadcast;
+4. the bytes are broadcast; re-sending the same bytes is idempotent (``AlreadyKnown``).
+
+A crash anywhere is resolved from the records: every hash ever broadcast is checked
+(:func:`reconcilers.ethereum.tx_fate`); unknown hashes with the nonce still free mean the
+same bytes are broadcast again; unknown hashes with the nonce used by some other
+transaction mean ours can never be mined, and a new transaction is signed with a fresh
+nonce (into the next slot). A transaction pending in the pool for longer than
+``stuck_after`` is replaced by the same transaction with both fee fields raised by at
+least 10%, recorded in the next slot before it is broadcast.
+
+Progress fields are set once, so the records live in numbered fields ``tx_1`` …
+``tx_10`` of :class:`TxQueueProgress` (a workflow's progress model inherits it): ten
+broadcasts per instance (first send, re-nonces and fee bumps together).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from reconcilers.ethereum import TxVerdict, tx_fate
+from statemachine_wf.context import StepContext
+from statemachine_wf.errors import Snooze, Stall
+
+from .client import ConfirmationRule, EthereumClient
+from .errors import AlreadyKnown, NonceTooLow
+from .signer import SignedTx, Signer
+
+__all__ = [
+    "TX_SLOTS",
+    "QueueSettings",
+    "TxQueue",
+    "TxQueueProgress",
+    "TxRecord",
+    "tx_records",
+]
+
+log = logging.getLogger(__name__)
+
+TX_SLOTS: tuple[str, ...] = tuple(f"tx_{n}" for n in range(1, 11))
+"""The progress fields holding broadcast records, in order of use."""
+
+
+class TxRecord(BaseModel):
+    """One signed transaction, saved before it is broadcast.
+
+    Everything here is public once broadcast (no key material): the raw bytes to send
+    again after a crash, and the unsigned fields to build a fee-bump replacement from.
+
+    Attributes:
+        nonce: The sender nonce.
+        tx_hash: The hash, 0x-hex (known before broadcast).
+        raw_hex: The signed RLP bytes, 0x-hex.
+        sender: The sender address.
+        to: The target (None for a contract creation).
+        data: The calldata, 0x-hex.
+        value: Wei sent.
+        gas: The gas limit.
+        chain_id: The chain id.
+        max_fee_per_gas: EIP-1559 fee cap, wei.
+        max_priority_fee_per_gas: EIP-1559 tip, wei.
+        signed_at: Unix time of signing (for "stuck" and "not found after" timeouts).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nonce: int
+    tx_hash: str
+    raw_hex: str
+    sender: str
+    to: str | None
+    data: str
+    value: int
+    gas: int
+    chain_id: int
+    max_fee_per_gas: int
+    max_priority_fee_per_gas: int
+    signed_at: float
+
+    def unsigned(self) -> dict[str, Any]:
+        """The transaction dict it was signed from (to build a replacement)."""
+        tx: dict[str, Any] = {
+            "type": 2,
+            "chainId": self.chain_id,
+            "from": self.sender,
+            "nonce": self.nonce,
+            "data": self.data,
+            "value": self.value,
+            "gas": self.gas,
+            "maxFeePerGas": self.max_fee_per_gas,
+            "maxPriorityFeePerGas": self.max_priority_fee_per_gas,
+        }
+        if self.to is not None:
+            tx["to"] = self.to
+        return tx
+
+    @classmethod
+    def of(cls, tx: Mapping[str, Any], signed: SignedTx, *, signed_at: float) -> TxRecord:
+        """The record of ``tx`` signed as ``signed``."""
+        return cls(
+            nonce=signed.nonce,
+            tx_hash=signed.tx_hash,
+            raw_hex=signed.raw_hex,
+            sender=str(tx["from"]),
+            to=str(tx["to"]) if tx.get("to") else None,
+            data=str(tx.get("data") or "0x"),
+            value=int(tx.get("value") or 0),
+            gas=int(tx["gas"]),
+            chain_id=int(tx["chainId"]),
+            max_fee_per_gas=int(tx["maxFeePerGas"]),
+            max_priority_fee_per_gas=int(tx["maxPriorityFeePerGas"]),
+            signed_at=signed_at,
+        )
+
+
+class TxQueueProgress(BaseModel):
+    """Progress fields of the queue; inherit them in a workflow's progress model."""
+
+    tx_1: TxRecord | None = None
+    tx_2: TxRecord | None = None
+    tx_3: TxRecord | None = None
+    tx_4: TxRecord | None = None
+    tx_5: TxRecord | None = None
+    tx_6: TxRecord | None = None
+    tx_7: TxRecord | None = None
+    tx_8: TxRecord | None = None
+    tx_9: TxRecord | None = None
+    tx_10: TxRecord | None = None
+
+
+def tx_records(progress: BaseModel) -> list[TxRecord]:
+    """Every transaction recorded in ``progress``, in the order they were signed."""
+    out: list[TxRecord] = []
+    for name in TX_SLOTS:
+        value = getattr(progress, name, None)
+        if isinstance(value, TxRecord):
+            out.append(value)
+        elif isinstance(value, Mapping):  # a progress model that keeps plain dicts
+            out.append(TxRecord.model_validate(value))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """How the queue waits and when it replaces.
+
+    Attributes:
+        confirmations: Depth for a final verdict (blocks, or ``safe``/``finalized``).
+        poll_interval: Seconds between checks while a transaction is pending (Snooze).
+        stuck_after: Seconds in the pool (not mined) before a fee bump.
+        not_found_after: Seconds after signing before a transaction the node does not
+            know counts as lost (the caller then submits again); before that a node that
+            has not seen it yet is given time.
+        bump_factor: Raise of both fee fields on replacement (>= 1.1).
+        slot_recheck: Safety-net seconds for a lost wake-up while waiting for the slot.
+    """
+
+    confirmations: ConfirmationRule = 1
+    poll_interval: float = 1.0
+    stuck_after: float = 30.0
+    not_found_after: float = 10.0
+    bump_factor: float = 1.125
+    slot_recheck: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.bump_factor < 1.1:
+            raise ValueError(
+                f"bump_factor must be >= 1.1 (nodes require +10%), got {self.bump_factor}"
+            )
+        if self.poll_interval <= 0:
+            raise ValueError("poll_interval must be > 0")
+
+
+Ctx = StepContext[Any, Any]
+Build = Callable[[int], Mapping[str, Any]]
+
+
+class TxQueue:
+    """The transaction queue of one signer on one chain, used from workflow steps.
+
+    Args:
+        client: The chain.
+        signer: Signs for the queue's address (the key never leaves it).
+        settings: Waiting and replacement rules.
+        clock: Unix time source (tests).
+    """
+
+    def __init__(
+        self,
+        client: EthereumClient,
+        signer: Signer,
+        settings: QueueSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.signer = signer
+        self.settings = settings or QueueSettings()
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"TxQueue({self.key!r})"
+
+    @property
+    def key(self) -> str:
+        """The durable slot's lock key: ``eth:<chain id>:<signer address, lowercase>``."""
+        return f"eth:{self.client.chain_id}:{self.signer.address.lower()}"
+
+    # --- reading ------------------------------------------------------------------------
+
+    def fate(self, progress: BaseModel) -> TxVerdict:
+        """The verdict on every transaction recorded in ``progress`` (all hashes checked)."""
+        return tx_fate(
+            self.client,
+            tx_records(progress),
+            sender=self.signer.address,
+            confirmations=self.settings.confirmations,
+        )
+
+    # --- the submit step ----------------------------------------------------------------
+
+    def submit(self, ctx: Ctx, build: Build) -> TxRecord:
+        """Hold the slot and make sure one transaction of ours is on its way.
+
+        If a recorded transaction is pending or settled, nothing is sent. If none is
+        known and its nonce is free, the recorded bytes are broadcast again. Otherwise
+        (nothing recorded, or the nonce was used by somebody else) ``build(nonce)`` is
+        called with the chain's next nonce, signed, recorded, and broadcast.
+
+        Args:
+            ctx: The running step (its progress model inherits :class:`TxQueueProgress`).
+            build: Makes the complete unsigned transaction for a nonce (typically
+                ``client.build_call(..., nonce=nonce)``); a revert seen while estimating
+                gas surfaces here as ``Reverted``, before anything is recorded.
+
+        Returns:
+            The record of the transaction in flight.
+
+        Raises:
+            Waiting: Another instance holds the slot (the step is parked and woken).
+            Reverted: ``build`` saw the call revert.
+            NonceTooLow: Our nonce was taken by a transaction that is not ours; retry the
+                step (it re-checks its preconditions, then signs with a fresh nonce).
+            InsufficientFunds: The signer cannot pay (a workflow stalls).
+            RpcUnavailable: The node is unreachable (the record is saved; a retry checks
+                the hash first).
+            Stall: All ``tx_N`` slots are used.
+        """
+        ctx.hold(self.key, recheck=self.settings.slot_recheck)
+        records = tx_records(ctx.progress)
+        if records:
+            verdict = self.fate(ctx.progress)
+            if verdict.kind in ("confirmed", "reverted", "pending"):
+                log.info("%s: %s already %s; nothing sent", self.key, verdict.tx_hash, verdict.kind)
+                return _record_of(records, verdict)
+            if verdict.kind == "not_found":
+                latest = records[-1]
+                log.info(
+                    "%s: %s unknown to the node, nonce %d free: re-broadcasting the recorded bytes",
+                    self.key,
+                    latest.tx_hash,
+                    latest.nonce,
+                )
+                self._broadcast(ctx, latest)
+                return latest
+            log.info(
+                "%s: nonce %s used by another transaction; signing anew", self.key, verdict.nonce
+            )
+        nonce = self.client.nonce(self.signer.address, "pending")
+        tx = dict(build(nonce))
+        tx["nonce"] = nonce
+        return self._sign_record_send(ctx, tx)
+
+    # --- the await step -----------------------------------------------------------------
+
+    def await_final(self, ctx: Ctx) -> TxVerdict:
+        """Check our transactions; return once their fate is known, Snooze while pending.
+
+        A transaction pending in the pool for longer than ``stuck_after`` is replaced
+        with a fee bump (recorded, then broadcast) before snoozing.
+
+        Returns:
+            ``confirmed`` / ``reverted`` at depth; ``not_found`` when the node has not
+            known any of our hashes for ``not_found_after`` seconds (submit again: the
+            same bytes are re-broadcast); ``superseded`` when the nonce was used by
+            another transaction (submit again: a fresh nonce is signed).
+
+        Raises:
+            Snooze: Still pending (or not found for less than ``not_found_after``).
+            Waiting: The slot is held by another instance (it was lost by this one).
+        """
+        ctx.hold(self.key, recheck=self.settings.slot_recheck)
+        records = tx_records(ctx.progress)
+        if not records:
+            return TxVerdict("not_found")
+        verdict = self.fate(ctx.progress)
+        if verdict.final or verdict.kind == "superseded":
+            return verdict
+        latest = records[-1]
+        age = self._clock() - latest.signed_at
+        if verdict.kind == "pending":
+            if (
+                not verdict.mined
+                and age >= self.settings.stuck_after
+                and verdict.nonce == latest.nonce
+                and len(records) < len(TX_SLOTS)
+            ):
+                self._bump(ctx, latest)
+                where = "replaced with a fee bump"
+            elif verdict.mined:
+                where = f"mined in {verdict.block_number}, {verdict.confirmations} deep"
+            else:
+                where = "in the pool"
+            raise Snooze(self.settings.poll_interval, f"tx {verdict.tx_hash} pending ({where})")
+        if age < self.settings.not_found_after:
+            raise Snooze(self.settings.poll_interval, f"tx {latest.tx_hash} not seen yet")
+        return verdict
+
+    def release(self, ctx: Ctx) -> bool:
+        """Free the slot now (the transaction is final); waiters are woken."""
+        return ctx.release(self.key)
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _sign_record_send(self, ctx: Ctx, tx: Mapping[str, Any]) -> TxRecord:
+        slot = _free_slot(ctx.progress)
+        if slot is None:
+            raise Stall(
+                f"all {len(TX_SLOTS)} transaction slots of this instance are used",
+                code="tx_slots_exhausted",
+            )
+        signed = self.signer.sign_transaction(tx)
+        record = TxRecord.of(tx, signed, signed_at=self._clock())
+        # Write-ahead: the bytes and hash are durable before the node sees them, so a
+        # crash right after the broadcast leaves a hash to check, never a blind resend.
+        ctx.save(**{slot: record.model_dump()})
+        log.info("%s: recorded %s (nonce %d) in %s", self.key, record.tx_hash, record.nonce, slot)
+        self._broadcast(ctx, record)
+        return record
+
+    def _broadcast(self, ctx: Ctx, record: TxRecord) -> None:
+        try:
+            self.client.send_raw(record.raw_hex)
+        except AlreadyKnown:
+            pass  # these exact bytes are in the pool or mined: that is what we want
+        except NonceTooLow:
+            # Reconcile before deciding: if one of our hashes is known, it used the nonce.
+            if self.fate(ctx.progress).kind in ("confirmed", "reverted", "pending"):
+                return
+            raise
+        log.info("%s: broadcast %s (nonce %d)", self.key, record.tx_hash, record.nonce)
+
+    def _bump(self, ctx: Ctx, latest: TxRecord) -> None:
+        bumped = self.client.bump_fees(latest.unsigned(), factor=self.settings.bump_factor)
+        log.info(
+            "%s: %s stuck; replacing (fees %d/%d -> %d/%d)",
+            self.key,
+            latest.tx_hash,
+            latest.max_fee_per_gas,
+            latest.max_priority_fee_per_gas,
+            bumped["maxFeePerGas"],
+            bumped["maxPriorityFeePerGas"],
+        )
+        self._sign_record_send(ctx, bumped)
+
+
+def _free_slot(progress: BaseModel) -> str | None:
+    for name in TX_SLOTS:
+        if getattr(progress, name, None) is None:
+            return name
+    return None
+
+
+def _record_of(records: list[TxRecord], verdict: TxVerdict) -> TxRecord:
+    for record in records:
+        if record.tx_hash == verdict.tx_hash:
+            return record
+    return records[-1]
