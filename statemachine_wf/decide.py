@@ -119,13 +119,15 @@ def success(
             ),
             failures=0,
         )
-    try:
-        merged = merge_progress(spec.progress_model, state.progress, staged)
-    except (ProgressConflict, InputError, ValidationError) as exc:
-        return failure(
-            spec, state, step, attempt, Fail, Fail(str(exc), code="progress_conflict"), 0
-        )
-    delta = {k: merged[k] for k in staged}
+    delta: dict[str, Any] = {}
+    if staged:  # most steps stage nothing: skip the model validation then
+        try:
+            merged = merge_progress(spec.progress_model, state.progress, staged)
+        except (ProgressConflict, InputError, ValidationError) as exc:
+            return failure(
+                spec, state, step, attempt, Fail, Fail(str(exc), code="progress_conflict"), 0
+            )
+        delta = {k: merged[k] for k in staged}
     completed = NewEvent(Ev.STEP_COMPLETED, step, attempt, {"progress": delta, "to": target})
     return _moved_on(state, [completed], target, hold=hold)
 

@@ -283,6 +283,8 @@ class Runner:
                     if wait > 0:
                         self.store.wait_for_work(wait)
                     continue
+                # There may be more where that came from: pass the baton to one more worker.
+                self.store.nudge()
                 for claim in claims:
                     self._run_claim(claim, startup=False)
             except Exception:

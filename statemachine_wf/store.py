@@ -181,8 +181,17 @@ class Store(Protocol):
         """Seconds until the next task of these types is due (0 if one is due), or None."""
         ...
 
-    def wait_for_work(self, timeout: float) -> None:
-        """Block up to ``timeout`` seconds, returning early when work may have arrived."""
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True when woken because work may have arrived.
+
+        A wake-up rouses *one* waiting worker; a worker that then claims something passes
+        the baton with :meth:`nudge`, so a burst is picked up by as many workers as it
+        needs and a single new task costs a single claim.
+        """
+        ...
+
+    def nudge(self) -> None:
+        """Wake one waiting worker of this process."""
         ...
 
     def acquire_lock(self, key: str, instance_id: str) -> str:
@@ -203,7 +212,7 @@ class Store(Protocol):
         ...
 
     def wake(self) -> None:
-        """Return every ``wait_for_work`` of this process now (shutdown, local new work)."""
+        """Return every ``wait_for_work`` of this process now (shutdown)."""
         ...
 
     def dead_letter(

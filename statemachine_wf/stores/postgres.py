@@ -340,11 +340,15 @@ class PostgresStore:
             return None
         return max(0.0, float(row["wait"]))
 
-    def wait_for_work(self, timeout: float) -> None:
+    def wait_for_work(self, timeout: float) -> bool:
         if self._listen and self._listener is None:
             self._start_listener()
         with self._wake:
-            self._wake.wait(timeout=timeout)
+            return self._wake.wait(timeout=timeout)
+
+    def nudge(self) -> None:
+        with self._wake:
+            self._wake.notify(1)
 
     def wake(self) -> None:
         with self._wake:
@@ -371,7 +375,7 @@ class PostgresStore:
                     ready.set()
                     while not self._closed.is_set():
                         for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            self.wake()
+                            self.nudge()
             except psycopg.Error as exc:
                 log.warning("listener connection lost (%s); reconnecting", exc)
                 ready.set()

@@ -10,6 +10,7 @@ work, and notice other processes' commits through ``PRAGMA data_version``.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -42,6 +43,7 @@ from ._common import (
 from ._sql import migrations, queries
 
 Q = queries("sqlite")
+log = logging.getLogger("statemachine_wf.sqlite")
 
 
 @contextmanager
@@ -69,6 +71,8 @@ class SQLiteStore:
         self._lock = threading.Lock()
         self._wake = threading.Condition()
         self._writer = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self._closed = threading.Event()
         self._migrated = False
 
     # -- connections ------------------------------------------------------------------
@@ -113,6 +117,10 @@ class SQLiteStore:
                 conn.execute("COMMIT")
 
     def close(self) -> None:
+        self._closed.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=2)
+            self._watcher = None
         with self._lock:
             for conn in self._conns:
                 conn.close()
@@ -193,7 +201,7 @@ class SQLiteStore:
                     "now": now,
                 },
             )
-        self.wake()
+        self.nudge()
         return new.id, True
 
     # -- reads ------------------------------------------------------------------------
@@ -322,7 +330,7 @@ class SQLiteStore:
                 now,
             )
         if isinstance(commit.decision.task, Reschedule | Finish):
-            self.wake()
+            self.nudge()
         return version
 
     def _write_decision(
@@ -420,7 +428,7 @@ class SQLiteStore:
         with self._write() as conn:
             released = self._release_locks(conn, instance_id, key, time.time())
         if released:
-            self.wake()
+            self.nudge()
         return released
 
     def _release_locks(
@@ -442,7 +450,7 @@ class SQLiteStore:
         with self._write() as conn:
             for instance_id in instance_ids:
                 conn.execute(Q["wake_instance"], {"id": instance_id, "now": now})
-        self.wake()
+        self.nudge()
 
     def heartbeat(self, *, worker: str, lease: float) -> int:
         now = time.time()
@@ -460,7 +468,7 @@ class SQLiteStore:
                 conn.execute(
                     Q["release"], {"worker": worker, "instance_id": instance_id, "now": now}
                 )
-        self.wake()
+        self.nudge()
 
     def next_due(self, *, types: Sequence[str]) -> float | None:
         where, params = _type_filter(types)
@@ -474,24 +482,43 @@ class SQLiteStore:
             return None
         return max(0.0, float(row[0]) - time.time())
 
-    def wait_for_work(self, timeout: float) -> None:
-        conn = self._conn()
-        deadline = time.monotonic() + timeout
-        seen = conn.execute("PRAGMA data_version").fetchone()[0]
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            with self._wake:
-                if self._wake.wait(timeout=min(left, 0.02)):
-                    return
-            # Another process committed: its work may be ours (a cheap shared-memory read).
-            if conn.execute("PRAGMA data_version").fetchone()[0] != seen:
-                return
+    def wait_for_work(self, timeout: float) -> bool:
+        self._ensure_watcher()
+        with self._wake:
+            return self._wake.wait(timeout=timeout)
+
+    def nudge(self) -> None:
+        with self._wake:
+            self._wake.notify(1)
 
     def wake(self) -> None:
         with self._wake:
             self._wake.notify_all()
+
+    def _ensure_watcher(self) -> None:
+        # One thread per store notices other processes' commits through PRAGMA
+        # data_version (a shared-memory read, no query) and wakes one worker.
+        with self._lock:
+            if self._watcher is not None:
+                return
+            self._watcher = threading.Thread(
+                target=self._watch, name="swf-sqlite-watch", daemon=True
+            )
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False)
+        try:
+            seen = conn.execute("PRAGMA data_version").fetchone()[0]
+            while not self._closed.wait(0.005):
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != seen:
+                    seen = version
+                    self.nudge()
+        except sqlite3.Error:
+            log.exception("sqlite watcher stopped; workers fall back to their due-time sleeps")
+        finally:
+            conn.close()
 
     # -- dead letters, maintenance -----------------------------------------------------
     def dead_letter(
