@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,16 @@ def rpc(client: EthereumClient, method: str, *params: Any) -> Any:
     response: Any = client.w3.provider.make_request(method, list(params))  # type: ignore[arg-type]
     assert "error" not in response, response
     return response["result"]
+
+
+def close_http(eth: EthereumClient) -> None:
+    """Close the HTTP sessions web3 caches per thread (EthereumClient has no close())."""
+    manager = getattr(eth.w3.provider, "_request_session_manager", None)
+    if manager is None:
+        return
+    for _, session in list(manager.session_cache.items()):
+        session.close()
+    manager.session_cache.clear()
 
 
 @dataclass
@@ -62,6 +73,19 @@ class Env:
 
     def run(self, *, timeout: float = 60.0, **overrides: Any) -> None:
         self.runner(**overrides).run_until_idle(timeout=timeout, settle=0.3)
+
+    @contextlib.contextmanager
+    def background(self, **overrides: Any) -> Iterator[Runner]:
+        """A runner working in background threads for the ``with`` block."""
+        runner = self.runner(**overrides)
+        runner.start()
+        try:
+            yield runner
+        finally:
+            runner.stop(timeout=10)
+
+    def progress(self, instance_id: str) -> dict[str, Any]:
+        return self.client.get(instance_id).progress
 
     def status(self, instance_id: str) -> Status:
         return self.client.status(instance_id)
@@ -114,3 +138,25 @@ def chain_env(
             settings=settings(address),
         )
     store.close()
+    close_http(eth)
+
+
+def wait_for(condition: Any, *, timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll ``condition()`` until true; fail naming ``what`` after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def manual_mining(chain_env: Env) -> Iterator[None]:
+    """Automine off: transactions wait in the pool until the test calls ``evm_mine``."""
+    rpc(chain_env.eth, "evm_setAutomine", False)
+    try:
+        yield
+    finally:
+        rpc(chain_env.eth, "evm_setAutomine", True)
