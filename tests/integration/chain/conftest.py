@@ -52,6 +52,7 @@ class Env:
     store: SQLiteStore
     client: Client
     settings: ChaosChainSettings
+    db_url: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -136,6 +137,7 @@ def chain_env(
             store=store,
             client=Client(store, list(FLOWS)),
             settings=settings(address),
+            db_url=f"sqlite:///{sqlite_path}",
         )
     store.close()
     close_http(eth)
