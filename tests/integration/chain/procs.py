@@ -59,7 +59,7 @@ class Workers:
                 raise AssertionError(f"{worker_id} did not start:\n{self.tail(proc)}")
             ready, _, _ = select.select([proc.stdout], [], [], min(left, 0.2))
             if ready:
-                line += proc.stdout.read1(4096)
+                line += os.read(proc.stdout.fileno(), 4096)
         assert line.startswith(b"READY"), line
         return proc
 
