@@ -5,8 +5,11 @@ PY ?= python3
 
 .PHONY: demo install test check bench
 
-demo:  ## run the payout example on SQLite, printing what happened
-	$(PY) -m pip install -q -e . && $(PY) -m examples.payouts
+demo:  ## install, then run the payout example and the ChaosChain example (anvil + arlocal) on SQLite
+	$(PY) -m pip install -q -e '.[postgres,ethereum,arweave]'
+	npm install --no-audit --no-fund --loglevel=error
+	$(PY) -m examples.payouts
+	$(PY) -m examples.chaoschain
 
 install:  ## install the package with every extra, and the npm peers
 	$(PY) -m pip install -q -e '.[dev,bench]'
