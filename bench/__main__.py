@@ -1,4 +1,5 @@
-"""``python -m bench core [--n 1000] [--quick]`` and ``python -m bench profile``."""
+"""``python -m bench core [--n 1000] [--quick]``, ``python -m bench profile`` and
+``python -m bench chain [--quick]``."""
 
 from __future__ import annotations
 
@@ -31,7 +32,49 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--dsn", default="")
     prof.add_argument("--no-profile", action="store_true", help="time only (for py-spy)")
 
+    chain = sub.add_parser(
+        "chain",
+        help="WorkSubmissions on anvil + arlocal: per-signer "
+        "throughput, submit->confirmed latency, start-up reconciliation",
+    )
+    chain.add_argument(
+        "--quick", action="store_true", help="smoke run: 5 / 3 workflows per signer, 200 in flight"
+    )
+    chain.add_argument("--signers", default="", help="signer counts (default 1,4,16)")
+    chain.add_argument("--per-signer-auto", type=int, default=0, help="automine (default 30)")
+    chain.add_argument("--per-signer-block", type=int, default=0, help="block time (default 10)")
+    chain.add_argument("--block-time", type=float, default=1.0)
+    chain.add_argument("--recon", type=int, default=0, help="in-flight instances (default 1000)")
+    chain.add_argument("--confirmations", type=int, default=1)
+    chain.add_argument("--poll", type=float, default=0.2, help="AWAIT_TX_CONFIRM poll, s")
+    chain.add_argument("--concurrency", type=int, default=8, help="runner threads")
+    chain.add_argument("--only", default="", help="comma-separated: automine,block,recon")
+    chain.add_argument("--json", default="", help="also write the results here")
+
     args = parser.parse_args(argv)
+    if args.cmd == "chain":
+        from . import chain as ch
+
+        cs = ch.ChainSettings.quick() if args.quick else ch.ChainSettings()
+        if args.signers:
+            cs.signers = tuple(int(x) for x in args.signers.split(",") if x.strip())
+        cs.per_signer_auto = args.per_signer_auto or cs.per_signer_auto
+        cs.per_signer_block = args.per_signer_block or cs.per_signer_block
+        cs.recon = args.recon or cs.recon
+        cs.block_time = args.block_time
+        cs.confirmations = args.confirmations
+        cs.poll = args.poll
+        cs.concurrency = args.concurrency
+        parts = [x.strip() for x in args.only.split(",") if x.strip()] or None
+
+        def log_chain(msg: str) -> None:
+            print(msg, file=sys.stderr, flush=True)
+
+        rows = ch.run(cs, parts, log_chain)
+        print(ch.table(rows, cs))
+        if args.json:
+            ch.dump_json(rows, args.json)
+        return 1 if any(r.error for r in rows) else 0
     if args.cmd == "core":
         from . import core as c
 
