@@ -46,6 +46,14 @@ class Ev(StrEnum):
     RESUMED = "WORKFLOW_RESUMED"
     RETRIED = "WORKFLOW_RETRIED"
     QUARANTINED = "QUARANTINED"
+    # DAG instances (kind='dag'): ``node`` is the node id; ``attempt`` is the node's run
+    # (its dispatch number) for DISPATCHED/COMPLETED/FAILED, and its try for STARTED.
+    NODE_DISPATCHED = "NODE_DISPATCHED"
+    NODE_STARTED = "NODE_STARTED"
+    NODE_COMPLETED = "NODE_COMPLETED"
+    NODE_RETRYING = "NODE_RETRYING"
+    NODE_FAILED = "NODE_FAILED"
+    FAILED = "WORKFLOW_FAILED"
 
 
 ONCE_PER_ATTEMPT = (Ev.STEP_STARTED, Ev.STEP_COMPLETED, Ev.STEP_FAILED)

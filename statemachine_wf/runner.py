@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -42,6 +42,9 @@ from .events import Status
 from .fold import Projection
 from .store import Claim, Commit, InstanceRecord, Store, matches_prefix
 from .workflow import ErrorClass, StepSpec, Workflow, WorkflowSpec
+
+if TYPE_CHECKING:
+    from .dag.handlers import Registry
 
 log = logging.getLogger("statemachine_wf.runner")
 
@@ -59,6 +62,8 @@ class RunnerOptions:
         idle_poll: longest sleep with nothing due, a safety net for lost wake-ups.
         worker_id: a stable id lets a restarted runner take its own leases back at once.
         reconcile_on_start: run the start-up pass over RUNNING and STALLED instances.
+        dag_types: the task types of DAG instances this runner takes, when it hosts DAGs
+            (``Runner(..., dags=registry)``).
     """
 
     concurrency: int = 8
@@ -67,6 +72,7 @@ class RunnerOptions:
     idle_poll: float = 5.0
     worker_id: str | None = None
     reconcile_on_start: bool = True
+    dag_types: tuple[str, ...] = ("swf.dag",)
 
 
 class _Host:
@@ -127,6 +133,8 @@ class Runner:
         options: see :class:`RunnerOptions`.
         dependencies: keyword arguments each workflow object is constructed with
             (clients, signers, …), so actions reach them through ``self``.
+        dags: the functions and queries DAG nodes call; given, the runner also runs the
+            node tasks of DAG instances of ``options.dag_types``.
     """
 
     def __init__(
@@ -136,6 +144,7 @@ class Runner:
         *,
         options: RunnerOptions | None = None,
         dependencies: Mapping[str, Any] | None = None,
+        dags: Registry | None = None,
     ) -> None:
         self.store = store
         self.opts = options or RunnerOptions()
@@ -160,6 +169,20 @@ class Runner:
         self._timeouts = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, self.opts.concurrency), thread_name_prefix="swf-timed"
         )
+        self.dag_types: tuple[str, ...] = ()
+        self._dag: Any = None
+        if dags is not None:
+            from .dag.executor import DagExecutor
+
+            self.dag_types = tuple(self.opts.dag_types)
+            self._dag = DagExecutor(
+                store,
+                dags,
+                worker=self.worker_id,
+                loop=self._loop,
+                threads=self.opts.concurrency,
+            )
+        self._due_types = self.types + tuple(t for t in self.dag_types if t not in self.types)
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -192,6 +215,8 @@ class Runner:
         for t in self._threads:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         self._timeouts.shutdown(wait=False, cancel_futures=True)
+        if self._dag is not None:
+            self._dag.close()
         log.info("runner %s stopped", self.worker_id)
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
@@ -218,12 +243,12 @@ class Runner:
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
-                due = self.store.next_due(types=self.types)
+                due = self.store.next_due(types=self._due_types)
                 with self._busy_lock:
                     busy = self._busy
                 if busy == 0 and self._startup.empty() and (due is None or due > settle):
                     time.sleep(settle)
-                    due = self.store.next_due(types=self.types)
+                    due = self.store.next_due(types=self._due_types)
                     with self._busy_lock:
                         busy = self._busy
                     if busy == 0 and (due is None or due > settle):
@@ -238,6 +263,8 @@ class Runner:
         hosted = set(self.types)
         skipped: set[str] = set()
         for record in self.store.active():
+            if record.kind == "dag":
+                continue  # node tasks need no start-up pass: an expired lease is due work
             if record.type in hosted:
                 # A STALLED instance keeps its own schedule unless its workflow can ask the
                 # outside world whether the condition it waits for has changed.
@@ -277,8 +304,12 @@ class Runner:
                 claims = self.store.claim(
                     worker=self.worker_id, types=self.types, lease=self.opts.lease
                 )
+                if not claims and self.dag_types:
+                    claims = self.store.dag_claim(
+                        worker=self.worker_id, types=self.dag_types, lease=self.opts.lease
+                    )
                 if not claims:
-                    due = self.store.next_due(types=self.types)
+                    due = self.store.next_due(types=self._due_types)
                     wait = self.opts.idle_poll if due is None else min(due, self.opts.idle_poll)
                     if wait > 0:
                         self.store.wait_for_work(wait)
@@ -298,7 +329,10 @@ class Runner:
         with self._busy_lock:
             self._busy += 1
         try:
-            self._drive(claim, startup=startup)
+            if claim.task.kind == "dag" and self._dag is not None:
+                self._dag.run(claim)
+            else:
+                self._drive(claim, startup=startup)
         except LeaseLost as exc:
             log.warning("instance %s: %s", claim.instance.id, exc)
         except Exception as exc:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .decide import Decision
-from .events import EventRecord, Status
+from .events import EventRecord, NewEvent, Status
 from .fold import Projection
+
+if TYPE_CHECKING:
+    from .dag.interpret import DagDecision
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,47 @@ class Commit:
     decision: Decision
     worker: str | None
     lease: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class NewDagInstance:
+    """What starting a DAG writes: the instance (kind 'dag', RUNNING), its first events
+    (WORKFLOW_CREATED with the definition, NODE_DISPATCHED of the start) and the start
+    node's task; ``name``/``version`` record the definition it runs (``test`` for a test
+    run of an unsaved graph, which can be deleted whole)."""
+
+    id: str
+    type: str
+    input: dict[str, Any]
+    start: str
+    events: tuple[NewEvent, ...]
+    name: str
+    version: int | None = None
+    test: bool = False
+    idempotency_key: str | None = None
+    priority: int = 100
+    delay: float = 0.0
+    parent_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DagSnapshot:
+    """A DAG instance as one scheduling decision reads it (version first, then the rest)."""
+
+    instance: InstanceRecord
+    events: list[EventRecord]
+    open_slots: tuple[str, ...]
+    """The nodes that have a task right now (dispatched and not yet settled)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DagCommit:
+    """A DAG decision to apply, if the instance is still at ``version``."""
+
+    instance_id: str
+    version: int
+    decision: DagDecision
+    worker: str | None
 
 
 class Store(Protocol):
@@ -230,6 +274,58 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # -- DAG instances (kind='dag'): one task per dispatched node, slot = node id ------
+    def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
+        """Insert a DAG instance; a known idempotency key returns ``(existing_id, False)``."""
+        ...
+
+    def dag_claim(
+        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+    ) -> list[Claim]:
+        """Lease due node tasks and append their NODE_STARTED (the next try) in one commit."""
+        ...
+
+    def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
+        """Append a once-per-run node event; False for a duplicate or an ended instance."""
+        ...
+
+    def dag_snapshot(self, instance_id: str) -> DagSnapshot | None: ...
+
+    def dag_apply(self, commit: DagCommit) -> int:
+        """Apply a DAG decision in one commit; return the new version.
+
+        Raises:
+            ConcurrencyConflict: the instance is no longer at ``commit.version``.
+        """
+        ...
+
+    def dag_save(self, name: str, definition: dict[str, Any]) -> int:
+        """Store a new immutable version of the definition ``name``; return its number."""
+        ...
+
+    def dag_definition(
+        self, name: str, version: int | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
+        """``(version, definition)``: the given version, or the latest."""
+        ...
+
+    def dag_definitions(self) -> list[tuple[str, int]]:
+        """Every saved definition's name and latest version."""
+        ...
+
+    def dag_delete(self, name: str, *, cascade: bool = False) -> int:
+        """Delete every version of ``name``; return how many.
+
+        Raises:
+            InvalidState: instances run it and ``cascade`` is false (with cascade they
+                are deleted too, in the same transaction).
+        """
+        ...
+
+    def dag_delete_test_run(self, instance_id: str) -> bool:
+        """Delete a test run's instance, log and tasks in one transaction."""
+        ...
 
 
 def matches_prefix(type_name: str, prefix: str) -> bool:

@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from ..decide import Decision
-from ..events import EventRecord, Status
+from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
-from ..store import InstanceRecord, TaskRecord
+from ..store import DagCommit, InstanceRecord, TaskRecord
 
 Encode = Callable[[Any], Any]
 
@@ -42,6 +42,42 @@ def event_dicts(decision: Decision) -> list[dict[str, Any]]:
         }
         for e in decision.events
     ]
+
+
+def new_event_dicts(events: tuple[NewEvent, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "node": e.node,
+            "event_type": str(e.event_type),
+            "attempt": e.attempt,
+            "payload": e.payload,
+            "error": e.error,
+        }
+        for e in events
+    ]
+
+
+def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
+    """The parameters of ``dag_apply`` (both dialects)."""
+    d = commit.decision
+    retry = d.retry
+    return {
+        "id": commit.instance_id,
+        "version": commit.version,
+        "worker": commit.worker,
+        "status": None if d.status is None else str(d.status),
+        "progress": None if d.output is None else encode(d.output),
+        "error": None if d.error is None else encode(d.error),
+        "events": encode(new_event_dicts(d.events)),
+        "finish": d.finish,
+        "done": d.done,
+        "retry": None if retry is None else retry.node,
+        "retry_delay": 0.0 if retry is None else retry.delay,
+        "retry_failures": 0 if retry is None else retry.failures,
+        "dispatch": encode(
+            [{"node": t.node, "delay": t.delay, "attempt": t.attempt} for t in d.dispatch]
+        ),
+    }
 
 
 def _json(value: Any) -> Any:

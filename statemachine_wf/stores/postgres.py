@@ -20,14 +20,26 @@ from datetime import datetime
 from typing import Any
 
 from ..decide import Continue, Finish, KeepTask, Reschedule
-from ..errors import ConcurrencyConflict, MigrationError, StoreError
-from ..events import EventRecord, Status
+from ..errors import ConcurrencyConflict, InvalidState, MigrationError, StoreError
+from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
-from ..store import Claim, Commit, InstanceRecord, NewInstance, TaskRecord, like_prefix
+from ..store import (
+    Claim,
+    Commit,
+    DagCommit,
+    DagSnapshot,
+    InstanceRecord,
+    NewDagInstance,
+    NewInstance,
+    TaskRecord,
+    like_prefix,
+)
 from ._common import (
+    dag_apply_params,
     event_dicts,
     event_record,
     instance_record,
+    new_event_dicts,
     projection_params,
     task_record,
 )
@@ -423,6 +435,113 @@ class PostgresStore:
         params["id"] = instance_id
         with self._conn() as conn:
             conn.execute(Q["rebuild"], params)
+
+    # -- DAG instances --------------------------------------------------------------------
+    def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
+        params = {
+            "id": new.id,
+            "type": new.type,
+            "input": Jsonb(new.input),
+            "key": new.idempotency_key,
+            "priority": new.priority,
+            "parent_id": new.parent_id,
+            "name": new.name,
+            "version": new.version,
+            "test": new.test,
+            "events": Jsonb(new_event_dicts(new.events)),
+            "start": new.start,
+            "delay": new.delay,
+            "channel": self.channel,
+        }
+        row = self._one(Q["dag_create"], params)
+        if row is not None:
+            return str(row["id"]), True
+        existing = self._one(Q["instance_by_key"], {"key": new.idempotency_key})
+        if existing is None:
+            return self.dag_create(new)
+        return str(existing["id"]), False
+
+    def dag_claim(
+        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+    ) -> list[Claim]:
+        rows = self._all(
+            Q["dag_claim"],
+            {"types": list(types), "worker": worker, "lease": lease, "limit": limit},
+        )
+        return [Claim(task_record(r), instance_record(r["instance"]), started=True) for r in rows]
+
+    def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
+        row = self._one(
+            Q["dag_record"],
+            {
+                "id": instance_id,
+                "node": event.node,
+                "event_type": str(event.event_type),
+                "attempt": event.attempt,
+                "payload": Jsonb(event.payload),
+                "error": None if event.error is None else Jsonb(event.error),
+                "worker": worker,
+            },
+        )
+        return row is not None
+
+    def dag_snapshot(self, instance_id: str) -> DagSnapshot | None:
+        # The version is read first: anything committed after it that matters bumps it,
+        # so the CAS of a decision made on this snapshot fails rather than misleads.
+        inst = self.get(instance_id)
+        if inst is None:
+            return None
+        events = self.events(instance_id)
+        slots = tuple(r["slot"] for r in self._all(Q["dag_slots"], {"id": instance_id}))
+        return DagSnapshot(inst, events, slots)
+
+    def dag_apply(self, commit: DagCommit) -> int:
+        params = dag_apply_params(commit, Jsonb)
+        params["channel"] = self.channel
+        try:
+            row = self._one(Q["dag_apply"], params)
+        except ConcurrencyConflict:
+            raise ConcurrencyConflict(commit.instance_id, commit.version) from None
+        if row is None:
+            current = self.get(commit.instance_id)
+            raise ConcurrencyConflict(
+                commit.instance_id, commit.version, None if current is None else current.version
+            )
+        return int(row["version"])
+
+    def dag_save(self, name: str, definition: dict[str, Any]) -> int:
+        for _ in range(10):
+            try:
+                row = self._one(Q["dag_save"], {"name": name, "definition": Jsonb(definition)})
+            except ConcurrencyConflict:
+                continue  # a concurrent save took this version number
+            assert row is not None
+            return int(row["version"])
+        raise ConcurrencyConflict(name, -1)
+
+    def dag_definition(
+        self, name: str, version: int | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
+        row = self._one(Q["dag_definition"], {"name": name, "version": version})
+        return None if row is None else (int(row["version"]), dict(row["definition"]))
+
+    def dag_definitions(self) -> list[tuple[str, int]]:
+        return [(r["name"], int(r["version"])) for r in self._all(Q["dag_definitions"], {})]
+
+    def dag_delete(self, name: str, *, cascade: bool = False) -> int:
+        with self._conn() as conn, conn.transaction():
+            used = conn.execute(Q["dag_instances_of"], {"name": name}).fetchone()
+            assert used is not None
+            if used["n"] and not cascade:
+                raise InvalidState(
+                    f"definition {name!r} is used by {used['n']} instance(s); "
+                    "delete with cascade=True to delete them too"
+                )
+            conn.execute(Q["dag_delete_instances_of"], {"name": name})
+            return conn.execute(Q["dag_delete_definition"], {"name": name}).rowcount
+
+    def dag_delete_test_run(self, instance_id: str) -> bool:
+        return self._one(Q["dag_delete_test_run"], {"id": instance_id}) is not None
 
     def drop_schema(self) -> None:
         """Drop this store's schema and everything in it (tests)."""

@@ -20,23 +20,28 @@ from typing import Any
 
 from .. import decide
 from ..decide import Continue, Decision, Finish, KeepTask, Reschedule
-from ..errors import ConcurrencyConflict, MigrationError, StoreError
-from ..events import Ev, EventRecord, Status
+from ..errors import ConcurrencyConflict, InvalidState, MigrationError, StoreError
+from ..events import Ev, EventRecord, NewEvent, Status
 from ..fold import Projection
 from ..store import (
     Claim,
     Commit,
+    DagCommit,
+    DagSnapshot,
     InstanceRecord,
+    NewDagInstance,
     NewInstance,
     TaskRecord,
     like_prefix,
 )
 from ._common import (
+    dag_apply_params,
     dumps,
     event_dicts,
     event_record,
     fast_start_allowed,
     instance_record,
+    new_event_dicts,
     projection_params,
     task_record,
 )
@@ -586,6 +591,202 @@ class SQLiteStore:
         params.update(id=instance_id, now=time.time())
         with self._write() as conn:
             conn.execute(Q["rebuild"], params)
+
+    # -- DAG instances --------------------------------------------------------------------
+    def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
+        now = time.time()
+        with self._write() as conn:
+            if new.idempotency_key is not None:
+                row = conn.execute(Q["instance_by_key"], {"key": new.idempotency_key}).fetchone()
+                if row is not None:
+                    return str(row["id"]), False
+            conn.execute(
+                Q["dag_insert_instance"],
+                {
+                    "id": new.id,
+                    "type": new.type,
+                    "input": dumps(new.input),
+                    "key": new.idempotency_key,
+                    "priority": new.priority,
+                    "parent_id": new.parent_id,
+                    "now": now,
+                },
+            )
+            conn.execute(
+                Q["dag_insert_run"],
+                {"id": new.id, "name": new.name, "version": new.version, "test": int(new.test)},
+            )
+            self._insert_events(conn, new.id, new_event_dicts(new.events), worker=None, now=now)
+            conn.execute(
+                Q["dag_insert_task"],
+                {
+                    "instance_id": new.id,
+                    "node": new.start,
+                    "due_at": now + new.delay,
+                    "attempt": 0,
+                    "now": now,
+                },
+            )
+        self.nudge()
+        return new.id, True
+
+    def dag_claim(
+        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+    ) -> list[Claim]:
+        now = time.time()
+        where, params = _type_filter(types)
+        sql = Q["dag_due"] + where + " ORDER BY priority, due_at LIMIT ?"
+        claims: list[Claim] = []
+        with self._write() as conn:
+            rows = conn.execute(sql, [now, *params, limit]).fetchall()
+            for row in rows:
+                task = task_record(row)
+                conn.execute(
+                    Q["dag_lease"], {"task_id": task.id, "worker": worker, "due_at": now + lease}
+                )
+                conn.execute(
+                    Q["dag_started"],
+                    {
+                        "instance_id": task.instance_id,
+                        "node": task.slot,
+                        "attempt": task.attempt + 1,
+                        "payload": dumps({"failures": task.failures}),
+                        "worker": worker,
+                        "now": now,
+                    },
+                )
+                inst = conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
+                leased = _leased(task, worker, now + lease, task.attempt + 1, started=True)
+                claims.append(Claim(leased, instance_record(inst), started=True))
+        return claims
+
+    def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
+        with self._write() as conn:
+            cur = conn.execute(
+                Q["dag_record"],
+                {
+                    "id": instance_id,
+                    "node": event.node,
+                    "event_type": str(event.event_type),
+                    "attempt": event.attempt,
+                    "payload": dumps(event.payload),
+                    "error": None if event.error is None else dumps(event.error),
+                    "worker": worker,
+                    "now": time.time(),
+                },
+            )
+            return cur.rowcount == 1
+
+    def dag_snapshot(self, instance_id: str) -> DagSnapshot | None:
+        # The version is read first (see PostgresStore.dag_snapshot).
+        inst = self.get(instance_id)
+        if inst is None:
+            return None
+        events = self.events(instance_id)
+        with wrap_errors():
+            rows = self._conn().execute(Q["dag_slots"], {"id": instance_id}).fetchall()
+        return DagSnapshot(inst, events, tuple(r["slot"] for r in rows))
+
+    def dag_apply(self, commit: DagCommit) -> int:
+        now = time.time()
+        params = dag_apply_params(commit, dumps)
+        d = commit.decision
+        with self._write() as conn:
+            cur = conn.execute(
+                Q["dag_update_instance"],
+                {
+                    "id": commit.instance_id,
+                    "version": commit.version,
+                    "status": params["status"],
+                    "progress": params["progress"],
+                    "error": params["error"],
+                    "now": now,
+                },
+            )
+            if cur.rowcount != 1:
+                row = conn.execute(Q["get_instance"], {"id": commit.instance_id}).fetchone()
+                raise ConcurrencyConflict(
+                    commit.instance_id, commit.version, None if row is None else int(row["version"])
+                )
+            self._insert_events(
+                conn,
+                commit.instance_id,
+                new_event_dicts(d.events),
+                worker=commit.worker,
+                now=now,
+            )
+            if d.finish:
+                conn.execute(Q["dag_tasks_finish"], {"instance_id": commit.instance_id})
+            elif d.done is not None:
+                conn.execute(
+                    Q["dag_task_done"], {"instance_id": commit.instance_id, "slot": d.done}
+                )
+            if d.retry is not None:
+                conn.execute(
+                    Q["dag_task_retry"],
+                    {
+                        "instance_id": commit.instance_id,
+                        "slot": d.retry.node,
+                        "due_at": now + d.retry.delay,
+                        "failures": d.retry.failures,
+                        "worker": commit.worker,
+                    },
+                )
+            for t in d.dispatch:
+                try:
+                    conn.execute(
+                        Q["dag_insert_task"],
+                        {
+                            "instance_id": commit.instance_id,
+                            "node": t.node,
+                            "due_at": now + t.delay,
+                            "attempt": t.attempt,
+                            "now": now,
+                        },
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise ConcurrencyConflict(commit.instance_id, commit.version) from exc
+        if d.dispatch or d.retry is not None:
+            self.nudge()
+        return commit.version + 1
+
+    def dag_save(self, name: str, definition: dict[str, Any]) -> int:
+        with self._write() as conn:
+            row = conn.execute(
+                Q["dag_save"], {"name": name, "definition": dumps(definition), "now": time.time()}
+            ).fetchone()
+        return int(row["version"])
+
+    def dag_definition(
+        self, name: str, version: int | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
+        with wrap_errors():
+            row = (
+                self._conn()
+                .execute(Q["dag_definition"], {"name": name, "version": version})
+                .fetchone()
+            )
+        return None if row is None else (int(row["version"]), json.loads(row["definition"]))
+
+    def dag_definitions(self) -> list[tuple[str, int]]:
+        with wrap_errors():
+            rows = self._conn().execute(Q["dag_definitions"]).fetchall()
+        return [(r["name"], int(r["version"])) for r in rows]
+
+    def dag_delete(self, name: str, *, cascade: bool = False) -> int:
+        with self._write() as conn:
+            used = int(conn.execute(Q["dag_instances_of"], {"name": name}).fetchone()["n"])
+            if used and not cascade:
+                raise InvalidState(
+                    f"definition {name!r} is used by {used} instance(s); "
+                    "delete with cascade=True to delete them too"
+                )
+            conn.execute(Q["dag_delete_instances_of"], {"name": name})
+            return conn.execute(Q["dag_delete_definition"], {"name": name}).rowcount
+
+    def dag_delete_test_run(self, instance_id: str) -> bool:
+        with self._write() as conn:
+            return conn.execute(Q["dag_delete_test_run"], {"id": instance_id}).rowcount == 1
 
 
 def _leased(

@@ -242,3 +242,133 @@ WITH woke AS (
     RETURNING instance_id
 )
 SELECT count(*), pg_notify(%(channel)s, 'wake') FROM woke;
+
+-- DAG instances (kind = 'dag'): one task per dispatched node, slot = node id. --------
+
+-- name: dag_create
+WITH ins AS (
+    INSERT INTO wf_instances (id, type, kind, status, input, idempotency_key, priority,
+                              parent_id)
+    VALUES (%(id)s, %(type)s, 'dag', 'RUNNING', %(input)s, %(key)s, %(priority)s,
+            %(parent_id)s)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, type
+), run AS (
+    INSERT INTO wf_dag_runs (instance_id, name, version, test)
+    SELECT id, %(name)s, %(version)s, %(test)s FROM ins
+), ev AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload)
+    SELECT ins.id, e.node, e.event_type, e.attempt, coalesce(e.payload, '{}')
+    FROM ins,
+         ROWS FROM (jsonb_to_recordset(%(events)s::jsonb)
+                    AS (node text, event_type text, attempt int, payload jsonb, error jsonb))
+         WITH ORDINALITY AS e (node, event_type, attempt, payload, error, ord)
+    ORDER BY e.ord
+), task AS (
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at)
+    SELECT id, %(start)s, %(start)s, 'dag', type, %(priority)s,
+           now() + %(delay)s * interval '1 second'
+    FROM ins
+)
+SELECT id, pg_notify(%(channel)s, type) FROM ins;
+
+-- name: dag_claim
+-- Lease and intent in one commit: the node's next try and its NODE_STARTED.
+WITH picked AS (
+    SELECT id FROM wf_tasks
+    WHERE due_at <= now() AND type = ANY(%(types)s) AND kind = 'dag'
+    ORDER BY priority, due_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE wf_tasks t
+    SET lease_owner = %(worker)s, due_at = now() + %(lease)s * interval '1 second',
+        attempt = t.attempt + 1, in_flight = true
+    FROM picked p WHERE t.id = p.id
+    RETURNING t.*
+), started AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
+    SELECT c.instance_id, c.slot, 'NODE_STARTED', c.attempt,
+           jsonb_build_object('failures', c.failures), %(worker)s
+    FROM claimed c
+    ON CONFLICT DO NOTHING
+)
+SELECT c.*, true AS leased, to_jsonb(i) AS instance
+FROM claimed c JOIN wf_instances i ON i.id = c.instance_id;
+
+-- name: dag_record
+-- A node's result, once: a duplicate delivery hits the unique index and writes nothing.
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
+SELECT id, %(node)s, %(event_type)s, %(attempt)s, %(payload)s, %(error)s, %(worker)s
+FROM wf_instances
+WHERE id = %(id)s AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+ON CONFLICT DO NOTHING
+RETURNING seq;
+
+-- name: dag_slots
+SELECT slot FROM wf_tasks WHERE instance_id = %(id)s ORDER BY slot;
+
+-- name: dag_apply
+-- One CAS commit: the version-checked instance row, the events, and the node tasks.
+WITH inst AS (
+    UPDATE wf_instances
+    SET status = coalesce(%(status)s::text, status),
+        progress = coalesce(%(progress)s::jsonb, progress),
+        error = coalesce(%(error)s::jsonb, error),
+        version = version + 1, updated_at = now()
+    WHERE id = %(id)s AND version = %(version)s
+    RETURNING id, version, type, priority
+), ev AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
+    SELECT inst.id, e.node, e.event_type, e.attempt, coalesce(e.payload, '{}'), e.error,
+           %(worker)s
+    FROM inst,
+         ROWS FROM (jsonb_to_recordset(%(events)s::jsonb)
+                    AS (node text, event_type text, attempt int, payload jsonb, error jsonb))
+         WITH ORDINALITY AS e (node, event_type, attempt, payload, error, ord)
+    ORDER BY e.ord
+), gone AS (
+    DELETE FROM wf_tasks t USING inst
+    WHERE t.instance_id = inst.id AND (%(finish)s OR t.slot = %(done)s)
+), retried AS (
+    UPDATE wf_tasks t
+    SET due_at = now() + %(retry_delay)s * interval '1 second', failures = %(retry_failures)s,
+        in_flight = false, lease_owner = NULL
+    FROM inst
+    WHERE t.instance_id = inst.id AND t.slot = %(retry)s AND t.lease_owner = %(worker)s
+), added AS (
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt)
+    SELECT inst.id, d.node, d.node, 'dag', inst.type, inst.priority,
+           now() + d.delay * interval '1 second', d.attempt
+    FROM inst, jsonb_to_recordset(%(dispatch)s::jsonb) AS d (node text, delay float8, attempt int)
+)
+SELECT version, pg_notify(%(channel)s, type) FROM inst;
+
+-- name: dag_save
+INSERT INTO wf_dag_definitions (name, version, definition)
+SELECT %(name)s, coalesce(max(version), 0) + 1, %(definition)s
+FROM wf_dag_definitions WHERE name = %(name)s
+RETURNING version;
+
+-- name: dag_definition
+SELECT version, definition FROM wf_dag_definitions
+WHERE name = %(name)s AND (%(version)s::int IS NULL OR version = %(version)s)
+ORDER BY version DESC LIMIT 1;
+
+-- name: dag_definitions
+SELECT name, max(version) AS version FROM wf_dag_definitions GROUP BY name ORDER BY name;
+
+-- name: dag_instances_of
+SELECT count(*) AS n FROM wf_dag_runs WHERE name = %(name)s AND NOT test;
+
+-- name: dag_delete_instances_of
+DELETE FROM wf_instances
+WHERE id IN (SELECT instance_id FROM wf_dag_runs WHERE name = %(name)s AND NOT test);
+
+-- name: dag_delete_definition
+DELETE FROM wf_dag_definitions WHERE name = %(name)s;
+
+-- name: dag_delete_test_run
+DELETE FROM wf_instances
+WHERE id = %(id)s AND id IN (SELECT instance_id FROM wf_dag_runs WHERE test)
+RETURNING id;

@@ -121,3 +121,88 @@ WHERE lease_owner IS NULL
 
 -- name: wake_instance
 UPDATE wf_tasks SET due_at = :now WHERE instance_id = :id AND lease_owner IS NULL;
+
+-- DAG instances (kind = 'dag'): one task per dispatched node, slot = node id. --------
+
+-- name: dag_insert_instance
+INSERT INTO wf_instances (id, type, kind, status, input, idempotency_key, priority,
+                          parent_id, created_at, updated_at)
+VALUES (:id, :type, 'dag', 'RUNNING', :input, :key, :priority, :parent_id, :now, :now);
+
+-- name: dag_insert_run
+INSERT INTO wf_dag_runs (instance_id, name, version, test)
+VALUES (:id, :name, :version, :test);
+
+-- name: dag_insert_task
+INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
+                      created_at)
+SELECT id, :node, :node, 'dag', type, priority, :due_at, :attempt, :now
+FROM wf_instances WHERE id = :instance_id;
+
+-- name: dag_due
+SELECT * FROM wf_tasks WHERE due_at <= ? AND kind = 'dag'
+
+-- name: dag_lease
+UPDATE wf_tasks SET lease_owner = :worker, due_at = :due_at, attempt = attempt + 1,
+                    in_flight = 1
+WHERE id = :task_id;
+
+-- name: dag_started
+INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, worker,
+                                 created_at)
+VALUES (:instance_id, :node, 'NODE_STARTED', :attempt, :payload, :worker, :now);
+
+-- name: dag_record
+INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, error,
+                                 worker, created_at)
+SELECT id, :node, :event_type, :attempt, :payload, :error, :worker, :now
+FROM wf_instances
+WHERE id = :id AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED');
+
+-- name: dag_slots
+SELECT slot FROM wf_tasks WHERE instance_id = :id ORDER BY slot;
+
+-- name: dag_update_instance
+UPDATE wf_instances
+SET status = coalesce(:status, status), progress = coalesce(:progress, progress),
+    error = coalesce(:error, error), version = version + 1, updated_at = :now
+WHERE id = :id AND version = :version;
+
+-- name: dag_task_done
+DELETE FROM wf_tasks WHERE instance_id = :instance_id AND slot = :slot;
+
+-- name: dag_tasks_finish
+DELETE FROM wf_tasks WHERE instance_id = :instance_id;
+
+-- name: dag_task_retry
+UPDATE wf_tasks
+SET due_at = :due_at, failures = :failures, in_flight = 0, lease_owner = NULL
+WHERE instance_id = :instance_id AND slot = :slot AND lease_owner = :worker;
+
+-- name: dag_save
+INSERT INTO wf_dag_definitions (name, version, definition, created_at)
+SELECT :name, coalesce(max(version), 0) + 1, :definition, :now
+FROM wf_dag_definitions WHERE name = :name
+RETURNING version;
+
+-- name: dag_definition
+SELECT version, definition FROM wf_dag_definitions
+WHERE name = :name AND (:version IS NULL OR version = :version)
+ORDER BY version DESC LIMIT 1;
+
+-- name: dag_definitions
+SELECT name, max(version) AS version FROM wf_dag_definitions GROUP BY name ORDER BY name;
+
+-- name: dag_instances_of
+SELECT count(*) AS n FROM wf_dag_runs WHERE name = :name AND NOT test;
+
+-- name: dag_delete_instances_of
+DELETE FROM wf_instances
+WHERE id IN (SELECT instance_id FROM wf_dag_runs WHERE name = :name AND NOT test);
+
+-- name: dag_delete_definition
+DELETE FROM wf_dag_definitions WHERE name = :name;
+
+-- name: dag_delete_test_run
+DELETE FROM wf_instances
+WHERE id = :id AND id IN (SELECT instance_id FROM wf_dag_runs WHERE test);

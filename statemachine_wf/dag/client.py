@@ -1,0 +1,207 @@
+"""Saved DAG definitions (immutable versions), and starting, inspecting and test runs.
+
+Starting records intent and returns at once, like :class:`~statemachine_wf.Client`:
+the instance, its WORKFLOW_CREATED event carrying the definition it will run, the
+start node's NODE_DISPATCHED and its task, in one commit. A running instance reads its
+definition from its own log, so saving a new version never changes it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import InputError, InvalidState, NotFound
+from ..events import EventRecord, Status
+from ..store import InstanceRecord, NewDagInstance, Store
+from . import interpret
+from .interpret import LogView
+from .models import DagDefinition, check, load
+
+
+class DagClient:
+    """Save DAG definitions and run them.
+
+    Args:
+        store: the store the runners use.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- definitions -----------------------------------------------------------------------
+    def save(self, definition: DagDefinition | Mapping[str, Any] | str) -> int:
+        """Validate and store ``definition`` as the next version of its name.
+
+        Raises:
+            DefinitionError: listing every problem; nothing is stored.
+        """
+        checked = load(definition)
+        return self.store.dag_save(checked.name, checked.dump())
+
+    def definition(self, name: str, version: int | None = None) -> tuple[int, DagDefinition]:
+        """``(version, definition)``: that version, or the latest. Raises :class:`NotFound`."""
+        found = self.store.dag_definition(name, version)
+        if found is None:
+            which = "any version" if version is None else f"version {version}"
+            raise NotFound(f"no saved DAG {name!r} ({which})")
+        return found[0], DagDefinition.model_validate(found[1])
+
+    def definitions(self) -> list[tuple[str, int]]:
+        """Every saved name with its latest version."""
+        return self.store.dag_definitions()
+
+    def delete(self, name: str, *, cascade: bool = False) -> int:
+        """Delete every version of ``name``.
+
+        Refuses (:class:`InvalidState`) while instances of it exist, unless ``cascade``,
+        which deletes them -- logs, tasks and all -- in the same transaction.
+        """
+        return self.store.dag_delete(name, cascade=cascade)
+
+    # -- runs ------------------------------------------------------------------------------
+    def start(
+        self,
+        definition: str | DagDefinition,
+        input: Mapping[str, Any] | None = None,
+        *,
+        version: int | None = None,
+        idempotency_key: str | None = None,
+        priority: int = 100,
+        instance_id: str | None = None,
+    ) -> str:
+        """Start a saved definition (by name; the latest version unless ``version``).
+
+        A :class:`DagDefinition` object is run as given (checked first), recorded under its
+        name without a version.
+        """
+        if isinstance(definition, str):
+            saved_version, checked = self.definition(definition, version)
+        else:
+            saved_version, checked = None, load(definition)
+        return self._start(
+            checked,
+            input,
+            version=saved_version,
+            test=False,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            instance_id=instance_id,
+        )
+
+    def test_run(
+        self,
+        definition: DagDefinition | Mapping[str, Any] | str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        instance_id: str | None = None,
+    ) -> str:
+        """Run an unsaved graph (the editor's test run); :meth:`stop_test_run` deletes it."""
+        return self._start(
+            load(definition), input, version=None, test=True, instance_id=instance_id
+        )
+
+    def stop_test_run(self, instance_id: str) -> None:
+        """Delete a test run's instance, log and tasks in one transaction.
+
+        Raises:
+            NotFound: no test run with that id (a saved definition's run is never deleted
+                this way).
+        """
+        if not self.store.dag_delete_test_run(instance_id):
+            raise NotFound(f"no test run {instance_id!r}")
+
+    def _start(
+        self,
+        definition: DagDefinition,
+        input: Mapping[str, Any] | None,
+        *,
+        version: int | None,
+        test: bool,
+        idempotency_key: str | None = None,
+        priority: int = 100,
+        instance_id: str | None = None,
+    ) -> str:
+        if priority < 0:
+            raise ValueError(f"priority must be >= 0, got {priority}")
+        if input is not None and not isinstance(input, Mapping):
+            raise InputError(f"input must be a mapping, got {type(input).__name__}")
+        graph = check(definition)
+        data = dict(input or {})
+        created = {
+            "input": data,
+            "dag": definition.dump(),
+            "ref": {"name": definition.name, "version": version, "test": test},
+        }
+        new_id, created_now = self.store.dag_create(
+            NewDagInstance(
+                id=instance_id or str(uuid.uuid4()),
+                type=definition.type,
+                input=data,
+                start=graph.start,
+                events=tuple(interpret.start_events(graph, created)),
+                name=definition.name,
+                version=version,
+                test=test,
+                idempotency_key=idempotency_key,
+                priority=priority,
+            )
+        )
+        if not created_now:
+            existing = self.get(new_id)
+            if existing.kind != "dag":
+                raise InputError(
+                    f"idempotency key {idempotency_key!r} already started a {existing.type} "
+                    f"({new_id})"
+                )
+        return new_id
+
+    # -- reading ---------------------------------------------------------------------------
+    def get(self, instance_id: str) -> InstanceRecord:
+        record = self.store.get(instance_id)
+        if record is None:
+            raise NotFound(f"no workflow instance {instance_id!r}")
+        return record
+
+    def history(self, instance_id: str) -> list[EventRecord]:
+        self.get(instance_id)
+        return self.store.events(instance_id)
+
+    def context(self, instance_id: str) -> dict[str, Any]:
+        """The instance's context: the fold of its log (input, then node outputs)."""
+        return LogView.of(self.history(instance_id)).context()
+
+    def output(self, instance_id: str) -> dict[str, Any] | None:
+        """The workflow output (the end node's), once the instance has COMPLETED."""
+        record = self.get(instance_id)
+        if record.status != Status.COMPLETED:
+            return None
+        out = record.progress.get("output")
+        return dict(out) if isinstance(out, Mapping) else None
+
+    def executions(self, instance_id: str) -> dict[str, int]:
+        """How many times each node completed (a loop body: once per iteration)."""
+        view = LogView.of(self.history(instance_id))
+        return {node: len(runs) for node, runs in view.completions.items()}
+
+    def wait(
+        self, instance_id: str, *, timeout: float = 30.0, statuses: Sequence[Status] | None = None
+    ) -> InstanceRecord:
+        """Poll until the instance reaches one of ``statuses`` (default: terminal)."""
+        wanted = set(statuses) if statuses else {s for s in Status if s.terminal}
+        deadline = time.monotonic() + timeout
+        while True:
+            record = self.get(instance_id)
+            if record.status in wanted:
+                return record
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"DAG instance {instance_id} is {record.status} after {timeout} s"
+                )
+            time.sleep(0.02)
+
+    def cancel(self, instance_id: str) -> None:
+        """Not built yet for DAGs: raises :class:`InvalidState`."""
+        raise InvalidState("cancelling a DAG instance is not supported yet")

@@ -1,0 +1,325 @@
+"""The DAG interpreter: what a node's completion or failure means for its instance.
+
+Pure functions over the instance's log (no I/O). Each returns a :class:`DagDecision`,
+which a store applies in one commit gated by the instance's version: the events to
+append (``NODE_DISPATCHED`` for every successor that became ready, a terminal event),
+the node tasks to insert, delete or reschedule, and the instance's new status.
+
+Readiness (the barrier): an edge has *fired* when its source completed with the edge's
+handle. A node with join ``all`` is ready when every incoming edge fired, with ``any``
+when one did; a node already dispatched is never dispatched again. Inside a loop body
+both rules are per iteration: only completions and dispatches after the loop node's
+latest ``loop`` completion count. A loop node is dispatched again (``via="back"``) when
+every edge coming back from its body fired after its latest dispatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..events import Ev, EventRecord, NewEvent, Status
+from .models import LOOP_HANDLE, DagDefinition, Edge, Graph, check
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTask:
+    """A node task to enqueue: due ``delay`` seconds from the commit, ``attempt`` tries so far."""
+
+    node: str
+    delay: float = 0.0
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRetry:
+    """Reschedule the node's task: due in ``delay`` s, lease released, ``failures`` kept."""
+
+    node: str
+    delay: float
+    failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class DagDecision:
+    events: tuple[NewEvent, ...] = ()
+    dispatch: tuple[NodeTask, ...] = ()
+    done: str | None = None
+    """The node whose task goes (its run is settled)."""
+    retry: TaskRetry | None = None
+    status: Status | None = None
+    output: dict[str, Any] | None = None
+    """Stored as the instance's ``progress`` when it completes: ``{"output": ...}``."""
+    error: dict[str, Any] | None = None
+    finish: bool = False
+    """Every task of the instance goes (it is terminal)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    seq: int
+    run: int
+    handle: str | None
+    output: Any
+    error: bool
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    seq: int
+    run: int
+    via: str
+
+
+@dataclass
+class LogView:
+    """An instance's log, indexed for the interpreter."""
+
+    input: dict[str, Any]
+    definition: dict[str, Any]
+    completions: dict[str, list[Completion]] = field(default_factory=dict)
+    dispatches: dict[str, list[Dispatched]] = field(default_factory=dict)
+    failed: set[tuple[str, int]] = field(default_factory=set)
+    tries: dict[str, int] = field(default_factory=dict)
+    variables: list[tuple[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, events: Iterable[EventRecord]) -> LogView:
+        ordered = sorted(events, key=lambda e: e.seq)
+        if not ordered or ordered[0].event_type != Ev.CREATED or "dag" not in ordered[0].payload:
+            raise ValueError("not a DAG instance's log (no WORKFLOW_CREATED with a definition)")
+        head = ordered[0].payload
+        view = cls(input=dict(head.get("input") or {}), definition=dict(head["dag"]))
+        for e in ordered[1:]:
+            node = e.node
+            if node is None:
+                continue
+            if e.event_type == Ev.NODE_COMPLETED:
+                p = e.payload
+                view.completions.setdefault(node, []).append(
+                    Completion(
+                        e.seq,
+                        e.attempt or 0,
+                        p.get("handle"),
+                        p.get("output"),
+                        bool(p.get("error", False)),
+                        float(p.get("delay") or 0.0),
+                    )
+                )
+                view.variables.append((str(p.get("var") or node), p.get("output")))
+            elif e.event_type == Ev.NODE_DISPATCHED:
+                view.dispatches.setdefault(node, []).append(
+                    Dispatched(e.seq, e.attempt or 0, str(e.payload.get("via", "entry")))
+                )
+            elif e.event_type == Ev.NODE_FAILED:
+                view.failed.add((node, e.attempt or 0))
+            elif e.event_type == Ev.NODE_STARTED:
+                view.tries[node] = max(view.tries.get(node, 0), e.attempt or 0)
+        return view
+
+    def graph(self) -> Graph:
+        return check(DagDefinition.model_validate(self.definition))
+
+    def context(self) -> dict[str, Any]:
+        """The fold of the log: the input, then every completed node's output, later wins."""
+        ctx: dict[str, Any] = {"input": self.input}
+        for var, value in self.variables:
+            ctx[var] = value
+        return ctx
+
+    def run(self, node: str) -> int:
+        """The node's current (latest) run; 0 if it was never dispatched."""
+        ds = self.dispatches.get(node)
+        return ds[-1].run if ds else 0
+
+    def dispatch(self, node: str, run: int) -> Dispatched | None:
+        return next((d for d in self.dispatches.get(node, ()) if d.run == run), None)
+
+    def completion(self, node: str, run: int) -> Completion | None:
+        return next((c for c in self.completions.get(node, ()) if c.run == run), None)
+
+    def settled(self, node: str, run: int) -> bool:
+        return self.completion(node, run) is not None or (node, run) in self.failed
+
+    def executions(self, node: str) -> int:
+        return len(self.completions.get(node, ()))
+
+    # -- the barrier --------------------------------------------------------------------
+    def scope_start(self, loop: str | None) -> int:
+        """Seq of the loop's latest ``loop`` completion: its current iteration's start."""
+        if loop is None:
+            return 0
+        seqs = [c.seq for c in self.completions.get(loop, ()) if c.handle == LOOP_HANDLE]
+        return seqs[-1] if seqs else 0
+
+    def fired(self, edge: Edge, since: int) -> bool:
+        return any(
+            c.seq >= since and c.handle == edge.source_handle
+            for c in self.completions.get(edge.source, ())
+        )
+
+
+def _loops_holding(graph: Graph, node: str) -> list[str]:
+    """The loops whose body holds ``node``, innermost first."""
+    chain = []
+    cur = graph.scope[node]
+    while cur is not None:
+        chain.append(cur)
+        cur = graph.scope[cur]
+    return chain
+
+
+def _since(graph: Graph, view: LogView, edge: Edge) -> int:
+    """Where an edge's firing starts to count: the iteration both its ends share."""
+    around_source = set(_loops_holding(graph, edge.source))
+    if graph.nodes[edge.source].type == "loop":
+        around_source.add(edge.source)  # a loop's own edges into its body
+    for loop in _loops_holding(graph, edge.target):
+        if loop in around_source:
+            return view.scope_start(loop)
+    return 0
+
+
+def ready(graph: Graph, view: LogView, node: str) -> str | None:
+    """How ``node`` is to be dispatched now (``"entry"`` or ``"back"``), or None."""
+    back = [e for e in graph.incoming[node] if graph.is_back(e)]
+    entry = [e for e in graph.incoming[node] if not graph.is_back(e)]
+    dispatched = view.dispatches.get(node, [])
+    if back and dispatched:
+        last = dispatched[-1].seq
+        if view.settled(node, dispatched[-1].run) and all(view.fired(e, last + 1) for e in back):
+            return "back"
+    start = view.scope_start(graph.scope[node])
+    if any(d.via == "entry" and d.seq > start for d in dispatched):
+        return None
+    if not entry:
+        return None
+    fired = [view.fired(e, _since(graph, view, e)) for e in entry]
+    ok = all(fired) if graph.nodes[node].join == "all" else any(fired)
+    return "entry" if ok else None
+
+
+# -- decisions ----------------------------------------------------------------------------
+
+
+def start_events(graph: Graph, created: Mapping[str, Any]) -> list[NewEvent]:
+    """The first events of an instance: its creation (with the definition) and the start."""
+    return [
+        NewEvent(Ev.CREATED, payload=dict(created)),
+        NewEvent(Ev.NODE_DISPATCHED, graph.start, 1, {"via": "entry"}),
+    ]
+
+
+def completed(
+    graph: Graph,
+    view: LogView,
+    node: str,
+    run: int,
+    *,
+    status: Status,
+    open_slots: Sequence[str],
+) -> DagDecision | None:
+    """``node``'s run ``run`` has its NODE_COMPLETED in ``view``: schedule what follows.
+
+    None when there is nothing to write (the instance is over, or this run was already
+    scheduled by someone else).
+    """
+    if status.terminal:
+        return DagDecision(done=node) if node in open_slots else None
+    if node not in open_slots:
+        return None  # another runner scheduled this run already (its task is gone)
+    comp = view.completion(node, run)
+    assert comp is not None, f"{node} run {run} has no NODE_COMPLETED"
+    if node in graph.ends:
+        output = comp.output if isinstance(comp.output, dict) else {"value": comp.output}
+        return DagDecision(
+            events=(NewEvent(Ev.COMPLETED, payload={"node": node, "output": output}),),
+            status=Status.COMPLETED,
+            output={"output": output},
+            finish=True,
+        )
+    events: list[NewEvent] = []
+    tasks: list[NodeTask] = []
+    for target in dict.fromkeys(graph.targets(node, comp.handle)):
+        via = ready(graph, view, target)
+        if via is None:
+            continue
+        events.append(
+            NewEvent(Ev.NODE_DISPATCHED, target, view.run(target) + 1, {"via": via, "from": node})
+        )
+        tasks.append(NodeTask(target, comp.delay, view.tries.get(target, 0)))
+    remaining = (set(open_slots) - {node}) | {t.node for t in tasks}
+    if not remaining:
+        error = {
+            "node": node,
+            "code": "dead_end",
+            "message": (
+                f"nothing left to run after {node!r} (handle {comp.handle!r}) and no end "
+                "node was reached: a branch without successors, or a join that cannot fire"
+            ),
+            "recoverable": False,
+        }
+        return DagDecision(
+            events=(NewEvent(Ev.FAILED, error=error),),
+            done=node,
+            status=Status.FAILED,
+            error=error,
+            finish=True,
+        )
+    return DagDecision(events=tuple(events), dispatch=tuple(tasks), done=node)
+
+
+def failed(
+    graph: Graph,
+    node: str,
+    run: int,
+    error: dict[str, Any],
+    *,
+    failures: int,
+    retryable: bool,
+    status: Status,
+) -> DagDecision | None:
+    """``node``'s run failed (``failures`` consecutive failures before this one).
+
+    Retry with backoff while the node's policy allows; then, for ``fail_workflow``, the
+    instance FAILS. (``continue`` nodes complete on their ``error`` handle instead: the
+    caller writes that completion when :func:`gives_up` says so.)
+    """
+    if status.terminal:
+        return DagDecision(done=node)
+    policy = graph.nodes[node].retry_policy()
+    failures += 1
+    if retryable and not policy.exhausted(failures):
+        delay = policy.delay(failures)
+        return DagDecision(
+            events=(
+                NewEvent(
+                    Ev.NODE_RETRYING,
+                    node,
+                    None,
+                    {"run": run, "failures": failures, "retry_in": round(delay, 3)},
+                    error,
+                ),
+            ),
+            retry=TaskRetry(node, delay, failures),
+        )
+    message = error.get("message", "")
+    if failures > 1:
+        message = f"retries exhausted after {failures} failures: {message}"
+    info = {**error, "message": message, "recoverable": False}
+    return DagDecision(
+        events=(
+            NewEvent(Ev.NODE_FAILED, node, run, {"outcome": "fail", "failures": failures}, info),
+        ),
+        done=node,
+        status=Status.FAILED,
+        error=info,
+        finish=True,
+    )
+
+
+def gives_up(graph: Graph, node: str, *, failures: int, retryable: bool) -> bool:
+    """Whether this failure (after ``failures`` earlier ones) is the node's last try."""
+    return not retryable or graph.nodes[node].retry_policy().exhausted(failures + 1)

@@ -1,0 +1,555 @@
+"""DAG definitions: nodes, edges and join modes as pydantic models, and their validation.
+
+A definition is plain data, loadable from the editor's JSON (``sourceHandle``,
+``joinMode``, ``outputVariable``, ``errorHandling`` are accepted beside their
+snake_case names) or written in Python (see :class:`DagBuilder`). Nothing here runs a
+node: :func:`check` only decides whether a definition can be run, and
+:class:`Graph` is the derived shape the interpreter reads (incoming edges, handles,
+loop bodies).
+
+Validation collects every problem before raising one :class:`DefinitionError`:
+unknown node types, bad node configs, duplicate ids, dangling edges, no (or two) start
+nodes, no end node, handles a node cannot produce, nodes the start cannot reach, and a
+cycle not made by a loop node.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from ..errors import DefinitionError
+from ..retry import RetryPolicy
+
+DEFAULT_DAG_TYPE = "swf.dag"
+"""The task type DAG instances are queued under unless their definition names another."""
+
+ERROR_HANDLE = "error"
+LOOP_HANDLE = "loop"
+DONE_HANDLE = "done"
+ELSE_HANDLE = "else"
+
+JoinMode = Literal["all", "any"]
+ErrorHandling = Literal["continue", "fail_workflow"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class Position(_Model):
+    x: float = 0.0
+    y: float = 0.0
+
+
+class NodeRetry(_Model):
+    """Retries of a failing node before its error handling applies (1 = no retry)."""
+
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    initial_delay: float = Field(default=1.0, ge=0)
+    max_delay: float = Field(default=60.0, ge=0)
+    multiplier: float = Field(default=2.0, ge=1)
+
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_attempts=self.max_attempts,
+            initial_delay=self.initial_delay,
+            max_delay=self.max_delay,
+            multiplier=self.multiplier,
+            jitter=False,
+            on_exhausted="fail",
+        )
+
+
+class Node(_Model):
+    """One node: ``type`` picks the handler, ``config`` is its (templated) settings.
+
+    Attributes:
+        join: ``all`` (every incoming edge fired) or ``any`` (at least one).
+        output_variable: the context key its output is written to (default: its id).
+        error_handling: ``fail_workflow`` (retry per ``retry``, then the instance
+            FAILS) or ``continue`` (follow the ``error`` handle with the error as output).
+    """
+
+    id: str = Field(min_length=1, max_length=200)
+    type: str
+    config: dict[str, Any] = Field(default_factory=dict)
+    position: Position | None = None
+    label: str | None = None
+    join: JoinMode = Field(default="all", alias="joinMode")
+    output_variable: str | None = None
+    error_handling: ErrorHandling = "fail_workflow"
+    retry: NodeRetry | None = None
+
+    @property
+    def variable(self) -> str:
+        return self.output_variable or self.id
+
+    def retry_policy(self) -> RetryPolicy:
+        if self.retry is not None:
+            return self.retry.policy()
+        # A node whose error is an output to follow does not retry unless asked to.
+        attempts = 1 if self.error_handling == "continue" else 3
+        return NodeRetry(max_attempts=attempts).policy()
+
+
+class Edge(_Model):
+    """``source`` -> ``target``, taken when the source finishes with ``source_handle``.
+
+    ``source_handle`` None is a node's default output; a condition names a branch
+    (or ``else``), a loop ``loop`` or ``done``, a ``continue`` node may add ``error``.
+    """
+
+    source: str
+    target: str
+    source_handle: str | None = None
+    id: str | None = None
+
+
+class DagDefinition(_Model):
+    """A whole graph. ``type`` is the task type its instances are queued under."""
+
+    name: str = Field(min_length=1, max_length=200)
+    nodes: list[Node]
+    edges: list[Edge] = Field(default_factory=list)
+    description: str = ""
+    type: str = DEFAULT_DAG_TYPE
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON form stored with an instance and in saved definitions."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+# -- node configs -----------------------------------------------------------------------
+
+
+class StartConfig(_Model):
+    pass
+
+
+class EndConfig(_Model):
+    """``outputs``: name -> template; the resolved mapping is the workflow's output."""
+
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class PythonConfig(_Model):
+    """Call the function registered as ``function`` with the resolved ``args``."""
+
+    function: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+    timeout: float | None = Field(default=None, gt=0)
+
+
+class DataQueryConfig(_Model):
+    """Run the query registered as ``query`` with the resolved ``args``."""
+
+    query: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+    timeout: float | None = Field(default=None, gt=0)
+
+
+class Branch(_Model):
+    handle: str = Field(min_length=1)
+    when: str = Field(min_length=1)
+
+
+class ConditionConfig(_Model):
+    """Branches in order; the first whose ``when`` is truthy names the handle, else ``else``."""
+
+    branches: list[Branch] = Field(min_length=1)
+
+
+class DelayConfig(_Model):
+    """Hold the successors back for ``seconds`` (a number or a template): a durable timer."""
+
+    seconds: float | str
+
+
+class LoopConfig(_Model):
+    """Iterate ``items`` (a template resolving to a list): ``loop`` per item, then ``done``."""
+
+    items: Any
+
+
+class SubWorkflowConfig(_Model):
+    """Run the state-machine workflow ``workflow`` with ``input`` and wait for its end."""
+
+    workflow: str = Field(min_length=1)
+    input: dict[str, Any] = Field(default_factory=dict)
+    poll: float = Field(default=0.5, gt=0)
+
+
+NODE_CONFIGS: dict[str, type[_Model]] = {
+    "start": StartConfig,
+    "end": EndConfig,
+    "python": PythonConfig,
+    "data_query": DataQueryConfig,
+    "condition": ConditionConfig,
+    "delay": DelayConfig,
+    "loop": LoopConfig,
+    "sub_workflow": SubWorkflowConfig,
+}
+
+
+def produced_handles(node: Node, config: BaseModel) -> set[str | None]:
+    """The handles ``node`` can finish with (None is the default output)."""
+    if node.type == "end":
+        return set()
+    out: set[str | None]
+    if node.type == "condition":
+        assert isinstance(config, ConditionConfig)
+        out = {b.handle for b in config.branches}
+        out.add(ELSE_HANDLE)
+    elif node.type == "loop":
+        out = {LOOP_HANDLE, DONE_HANDLE}
+    else:
+        out = {None}
+    if node.error_handling == "continue" and node.type != "start":
+        out.add(ERROR_HANDLE)
+    return out
+
+
+# -- the derived graph ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A checked definition with the indexes the interpreter needs."""
+
+    definition: DagDefinition
+    nodes: Mapping[str, Node]
+    configs: Mapping[str, BaseModel]
+    start: str
+    ends: frozenset[str]
+    incoming: Mapping[str, tuple[Edge, ...]]
+    outgoing: Mapping[str, tuple[Edge, ...]]
+    bodies: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Loop node -> the nodes of its body (reachable from ``loop`` and leading back)."""
+
+    @cached_property
+    def back_edges(self) -> frozenset[tuple[str, str, str | None]]:
+        found = set()
+        for loop, body in self.bodies.items():
+            for e in self.incoming[loop]:
+                if e.source in body:
+                    found.add(_key(e))
+        return frozenset(found)
+
+    def is_back(self, edge: Edge) -> bool:
+        return _key(edge) in self.back_edges
+
+    @cached_property
+    def scope(self) -> Mapping[str, str | None]:
+        """Node -> the innermost loop whose body holds it (None at the top level)."""
+        out: dict[str, str | None] = {}
+        for node in self.nodes:
+            holders = [lp for lp, body in self.bodies.items() if node in body]
+            out[node] = min(holders, key=lambda lp: len(self.bodies[lp])) if holders else None
+        return out
+
+    def targets(self, node: str, handle: str | None) -> list[str]:
+        return [e.target for e in self.outgoing[node] if e.source_handle == handle]
+
+    def config(self, node: str) -> BaseModel:
+        return self.configs[node]
+
+
+def _key(edge: Edge) -> tuple[str, str, str | None]:
+    return (edge.source, edge.target, edge.source_handle)
+
+
+def _reach(start: Iterable[str], succ: Mapping[str, Iterable[str]], avoid: str = "") -> set[str]:
+    seen: set[str] = set()
+    stack = [s for s in start if s != avoid]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(t for t in succ.get(n, ()) if t != avoid and t not in seen)
+    return seen
+
+
+def check(definition: DagDefinition) -> Graph:
+    """Validate ``definition`` and return its :class:`Graph`.
+
+    Raises:
+        DefinitionError: listing every problem found.
+    """
+    problems: list[str] = []
+    nodes: dict[str, Node] = {}
+    configs: dict[str, BaseModel] = {}
+    for node in definition.nodes:
+        if node.id in nodes:
+            problems.append(f"node {node.id!r}: duplicate id")
+            continue
+        nodes[node.id] = node
+        model = NODE_CONFIGS.get(node.type)
+        if model is None:
+            problems.append(
+                f"node {node.id!r}: unknown type {node.type!r} (known: {', '.join(NODE_CONFIGS)})"
+            )
+            continue
+        try:
+            configs[node.id] = model.model_validate(node.config)
+        except ValidationError as exc:
+            for err in exc.errors():
+                where = ".".join(str(p) for p in err["loc"]) or "config"
+                problems.append(f"node {node.id!r}: config.{where}: {err['msg']}")
+            continue
+        problems.extend(_config_problems(node, configs[node.id]))
+
+    starts = [n.id for n in nodes.values() if n.type == "start"]
+    ends = [n.id for n in nodes.values() if n.type == "end"]
+    if not starts:
+        problems.append("no start node")
+    elif len(starts) > 1:
+        problems.append(f"more than one start node: {sorted(starts)}")
+    if not ends:
+        problems.append("no end node")
+
+    incoming: dict[str, list[Edge]] = {n: [] for n in nodes}
+    outgoing: dict[str, list[Edge]] = {n: [] for n in nodes}
+    seen_edges: set[tuple[str, str, str | None]] = set()
+    for edge in definition.edges:
+        label = f"edge {edge.source!r} -> {edge.target!r}"
+        dangling = [end for end in (edge.source, edge.target) if end not in nodes]
+        if dangling:
+            problems.append(f"{label}: unknown node(s) {dangling}")
+            continue
+        if edge.source == edge.target:
+            problems.append(f"{label}: a node cannot feed itself")
+            continue
+        if _key(edge) in seen_edges:
+            problems.append(f"{label}: duplicate edge")
+            continue
+        seen_edges.add(_key(edge))
+        src = nodes[edge.source]
+        if nodes[edge.target].type == "start":
+            problems.append(f"{label}: the start node cannot have incoming edges")
+        if src.id in configs:
+            handles = produced_handles(src, configs[src.id])
+            if not handles:
+                problems.append(f"{label}: an end node cannot have outgoing edges")
+            elif edge.source_handle not in handles:
+                shown = sorted("<default>" if h is None else h for h in handles)
+                problems.append(
+                    f"{label}: {src.type} node {src.id!r} cannot produce handle "
+                    f"{edge.source_handle!r} (it produces {shown})"
+                )
+        incoming[edge.target].append(edge)
+        outgoing[edge.source].append(edge)
+
+    succ = {n: [e.target for e in outgoing[n]] for n in nodes}
+    pred = {n: [e.source for e in incoming[n]] for n in nodes}
+    bodies: dict[str, frozenset[str]] = {}
+    for node in nodes.values():
+        if node.type != "loop":
+            continue
+        entry = [e.target for e in outgoing[node.id] if e.source_handle == LOOP_HANDLE]
+        forward = _reach(entry, succ, avoid=node.id)
+        backward = _reach(pred[node.id], pred, avoid=node.id)
+        body = frozenset(forward & backward)
+        if entry and not body:
+            problems.append(f"node {node.id!r}: its loop branch never leads back to it")
+        bodies[node.id] = body
+
+    if len(starts) == 1:
+        unreachable = sorted(set(nodes) - _reach([starts[0]], succ))
+        if unreachable:
+            problems.append(f"nodes the start cannot reach: {unreachable}")
+
+    back = {_key(e) for lp, body in bodies.items() for e in incoming[lp] if e.source in body}
+    cycle = _find_cycle(nodes, outgoing, back)
+    if cycle:
+        problems.append("cycle not made by a loop node: " + " -> ".join(cycle))
+
+    if problems:
+        raise DefinitionError(f"DAG {definition.name!r}", problems)
+    return Graph(
+        definition=definition,
+        nodes=nodes,
+        configs=configs,
+        start=starts[0],
+        ends=frozenset(ends),
+        incoming={n: tuple(es) for n, es in incoming.items()},
+        outgoing={n: tuple(es) for n, es in outgoing.items()},
+        bodies=bodies,
+    )
+
+
+def _config_problems(node: Node, config: BaseModel) -> list[str]:
+    problems = []
+    if isinstance(config, ConditionConfig):
+        handles = [b.handle for b in config.branches]
+        if len(set(handles)) != len(handles):
+            problems.append(f"node {node.id!r}: duplicate branch handles {handles}")
+        for b in config.branches:
+            if b.handle in (ELSE_HANDLE, ERROR_HANDLE):
+                problems.append(f"node {node.id!r}: branch handle {b.handle!r} is reserved")
+            try:
+                ast.parse(b.when, mode="eval")
+            except SyntaxError as exc:
+                problems.append(
+                    f"node {node.id!r}: branch {b.handle!r}: bad expression {b.when!r}: {exc.msg}"
+                )
+    if node.type in ("start", "end") and node.error_handling == "continue":
+        problems.append(f"node {node.id!r}: a {node.type} node has no error handle to continue on")
+    return problems
+
+
+def _find_cycle(
+    nodes: Mapping[str, Node],
+    outgoing: Mapping[str, list[Edge]],
+    back: set[tuple[str, str, str | None]],
+) -> list[str]:
+    """One cycle left once loop back edges are removed, as a path (empty if acyclic)."""
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(nodes, white)
+    parent: dict[str, str] = {}
+    for root in nodes:
+        if colour[root] != white:
+            continue
+        stack: list[tuple[str, int]] = [(root, 0)]
+        colour[root] = grey
+        while stack:
+            n, i = stack[-1]
+            edges = [e for e in outgoing[n] if _key(e) not in back]
+            if i < len(edges):
+                stack[-1] = (n, i + 1)
+                t = edges[i].target
+                if colour[t] == grey:
+                    path = [t]
+                    cur = n
+                    while cur != t:
+                        path.append(cur)
+                        cur = parent[cur]
+                    path.append(t)
+                    return list(reversed(path))
+                if colour[t] == white:
+                    colour[t] = grey
+                    parent[t] = n
+                    stack.append((t, 0))
+            else:
+                colour[n] = black
+                stack.pop()
+    return []
+
+
+def load(data: str | bytes | Mapping[str, Any] | DagDefinition) -> DagDefinition:
+    """Parse and validate a definition from JSON text or a mapping.
+
+    Raises:
+        DefinitionError: every structural and graph problem found.
+    """
+    if isinstance(data, DagDefinition):
+        check(data)
+        return data
+    try:
+        raw = json.loads(data) if isinstance(data, str | bytes) else dict(data)
+    except json.JSONDecodeError as exc:
+        raise DefinitionError("DAG", [f"not JSON: {exc}"]) from exc
+    name = str(raw.get("name", "DAG")) if isinstance(raw, dict) else "DAG"
+    try:
+        definition = DagDefinition.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = _where(raw, err["loc"])
+            problems.append(f"{where}: {err['msg']}")
+        raise DefinitionError(f"DAG {name!r}", problems) from None
+    check(definition)
+    return definition
+
+
+def _where(raw: Any, loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location, with node indexes shown as node ids where known."""
+    parts = []
+    cur = raw
+    for p in loc:
+        if isinstance(p, int) and isinstance(cur, list) and p < len(cur):
+            item = cur[p]
+            ident = item.get("id") if isinstance(item, dict) else None
+            parts.append(f"[{ident!r}]" if ident is not None else f"[{p}]")
+            cur = item
+        else:
+            parts.append(f".{p}" if parts else str(p))
+            cur = cur.get(p) if isinstance(cur, dict) else None
+    return "".join(parts) or "definition"
+
+
+class DagBuilder:
+    """Build a definition in Python.
+
+    ::
+
+        b = DagBuilder("orders")
+        start = b.node("start", "start")
+        fetch = b.node("fetch", "python", function="fetch_order", args={"id": "{{ctx.input.id}}"})
+        end = b.node("end", "end", outputs={"order": "{{ctx.fetch}}"})
+        b.chain(start, fetch, end)
+        definition = b.build()
+    """
+
+    def __init__(self, name: str, *, type: str = DEFAULT_DAG_TYPE, description: str = "") -> None:
+        self.name = name
+        self.type = type
+        self.description = description
+        self._nodes: list[Node] = []
+        self._edges: list[Edge] = []
+
+    def node(
+        self,
+        id: str,
+        type: str,
+        *,
+        join: JoinMode = "all",
+        output_variable: str | None = None,
+        error_handling: ErrorHandling = "fail_workflow",
+        retry: NodeRetry | None = None,
+        **config: Any,
+    ) -> str:
+        """Add a node; ``config`` holds its type's settings. Returns its id."""
+        self._nodes.append(
+            Node(
+                id=id,
+                type=type,
+                config=config,
+                join=join,
+                output_variable=output_variable,
+                error_handling=error_handling,
+                retry=retry,
+            )
+        )
+        return id
+
+    def edge(self, source: str, target: str, *, handle: str | None = None) -> None:
+        self._edges.append(Edge(source=source, target=target, source_handle=handle))
+
+    def chain(self, *ids: str) -> None:
+        """Default-handle edges ``ids[0] -> ids[1] -> ...``."""
+        for a, b in itertools.pairwise(ids):
+            self.edge(a, b)
+
+    def build(self) -> DagDefinition:
+        """The checked definition. Raises :class:`DefinitionError`."""
+        definition = DagDefinition(
+            name=self.name,
+            nodes=list(self._nodes),
+            edges=list(self._edges),
+            type=self.type,
+            description=self.description,
+        )
+        check(definition)
+        return definition

@@ -1,0 +1,250 @@
+"""Shared pieces of the DAG integration tests: the registry, topologies and a runner."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from statemachine_wf import Runner, RunnerOptions, Store
+from statemachine_wf.dag import DagBuilder, DagDefinition, Registry
+from statemachine_wf.dag.models import NodeRetry
+
+registry = Registry()
+calls: Counter[str] = Counter()
+_lock = threading.Lock()
+
+
+def _count(key: str) -> int:
+    with _lock:
+        calls[key] += 1
+        return calls[key]
+
+
+@registry.function("add")
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@registry.function("double")
+async def double(x: int) -> int:
+    await asyncio.sleep(0)
+    return x * 2
+
+
+@registry.function("tag")
+def tag(name: str, key: str = "") -> str:
+    if key:
+        _count(f"{key}:{name}")
+    return name
+
+
+@registry.function("boom")
+def boom(message: str = "boom") -> None:
+    raise RuntimeError(message)
+
+
+@registry.function("flaky")
+def flaky(key: str, fail_times: int) -> str:
+    n = _count(key)
+    if n <= fail_times:
+        raise ConnectionError(f"try {n} fails")
+    return f"ok after {n}"
+
+
+@registry.function("slow", timeout=0.2)
+def slow(seconds: float) -> str:
+    threading.Event().wait(seconds)
+    return "late"
+
+
+def py(builder: DagBuilder, node_id: str, function: str, /, **kw: Any) -> str:
+    extra = {
+        k: kw.pop(k) for k in ("join", "error_handling", "retry", "output_variable") if k in kw
+    }
+    return builder.node(node_id, "python", function=function, args=kw, **extra)
+
+
+FAST_RETRY = NodeRetry(max_attempts=3, initial_delay=0.05, max_delay=0.1)
+
+
+# -- topologies -----------------------------------------------------------------------------
+
+
+def linear(n: int = 3) -> DagDefinition:
+    b = DagBuilder("linear")
+    b.node("s", "start")
+    prev = "s"
+    for i in range(n):
+        arg = "{{ctx.input.x}}" if i == 0 else f"{{{{ctx.n{i - 1}}}}}"
+        py(b, f"n{i}", "add", a=arg, b=1)
+        b.edge(prev, f"n{i}")
+        prev = f"n{i}"
+    b.node("e", "end", outputs={"result": f"{{{{ctx.{prev}}}}}"})
+    b.edge(prev, "e")
+    return b.build()
+
+
+def fan_out(width: int = 5) -> DagDefinition:
+    b = DagBuilder("fan_out")
+    b.node("s", "start")
+    b.node("e", "end", outputs={f"b{i}": f"{{{{ctx.b{i}}}}}" for i in range(width)})
+    for i in range(width):
+        py(b, f"b{i}", "add", a="{{ctx.input.x}}", b=i)
+        b.chain("s", f"b{i}", "e")
+    return b.build()
+
+
+def fan_in(width: int = 4) -> DagDefinition:
+    """Parallel two-node branches that meet in one join, then the end."""
+    b = DagBuilder("fan_in")
+    b.node("s", "start")
+    py(b, "join", "add", a="{{ctx.x0}}", b="{{ctx.x1}}")
+    b.node("e", "end", outputs={"sum": "{{ctx.join}}"})
+    for i in range(width):
+        py(b, f"p{i}", "add", a="{{ctx.input.x}}", b=i)
+        py(b, f"x{i}", "double", x=f"{{{{ctx.p{i}}}}}")
+        b.chain("s", f"p{i}", f"x{i}", "join")
+    b.edge("join", "e")
+    return b.build()
+
+
+def diamond(join: str = "all", key: str = "") -> DagDefinition:
+    b = DagBuilder(f"diamond_{join}")
+    b.node("s", "start")
+    py(b, "a", "tag", name="a", key=key)
+    py(b, "l", "tag", name="l", key=key)
+    py(b, "r", "tag", name="r", key=key)
+    py(b, "d", "tag", name="d", key=key, join=join)  # type: ignore[arg-type]
+    b.node("e", "end", outputs={"d": "{{ctx.d}}"})
+    b.chain("s", "a", "l", "d", "e")
+    b.chain("a", "r", "d")
+    return b.build()
+
+
+def deep_chain(n: int = 100) -> DagDefinition:
+    b = DagBuilder("deep_chain")
+    b.node("s", "start")
+    prev = "s"
+    for i in range(n):
+        arg = "{{ctx.input.x}}" if i == 0 else f"{{{{ctx.c{i - 1}}}}}"
+        py(b, f"c{i}", "add", a=arg, b=1)
+        b.edge(prev, f"c{i}")
+        prev = f"c{i}"
+    b.node("e", "end", outputs={"result": f"{{{{ctx.{prev}}}}}"})
+    b.edge(prev, "e")
+    return b.build()
+
+
+def error_continue() -> DagDefinition:
+    b = DagBuilder("error_continue")
+    b.node("s", "start")
+    py(b, "a", "boom", message="card declined", error_handling="continue")
+    py(b, "ok", "tag", name="happy")
+    py(b, "handle", "tag", name="{{ctx.a.error.message}}")
+    b.node("e", "end", outputs={"handled": "{{ctx.handle}}"}, join="any")
+    b.chain("s", "a", "ok", "e")
+    b.edge("a", "handle", handle="error")
+    b.edge("handle", "e")
+    return b.build()
+
+
+def error_fail(retry: NodeRetry | None = FAST_RETRY) -> DagDefinition:
+    b = DagBuilder("error_fail")
+    b.node("s", "start")
+    py(b, "a", "boom", message="always", retry=retry)
+    b.node("e", "end")
+    b.chain("s", "a", "e")
+    return b.build()
+
+
+def flaky_chain(key: str, fail_times: int) -> DagDefinition:
+    b = DagBuilder("flaky")
+    b.node("s", "start")
+    py(b, "a", "flaky", key=key, fail_times=fail_times, retry=FAST_RETRY)
+    b.node("e", "end", outputs={"a": "{{ctx.a}}"})
+    b.chain("s", "a", "e")
+    return b.build()
+
+
+def conditional() -> DagDefinition:
+    b = DagBuilder("conditional")
+    b.node("s", "start")
+    b.node(
+        "c",
+        "condition",
+        branches=[
+            {"handle": "big", "when": "ctx.input.n > 100"},
+            {"handle": "mid", "when": "ctx.input.n > 10 and len(ctx.input.tags) > 0"},
+        ],
+    )
+    # Each branch writes the same variable: whichever ran is the answer.
+    for name in ("big", "mid", "small"):
+        py(b, name, "tag", name=name, output_variable="size")
+        b.edge(name, "e")
+    b.node("e", "end", join="any", outputs={"size": "{{ctx.size}}"})
+    b.edge("s", "c")
+    for name, handle in (("big", "big"), ("mid", "mid"), ("small", "else")):
+        b.edge("c", name, handle=handle)
+    return b.build()
+
+
+def delayed(seconds: float) -> DagDefinition:
+    b = DagBuilder("delay")
+    b.node("s", "start")
+    b.node("wait", "delay", seconds="{{ctx.input.seconds}}")
+    py(b, "after", "tag", name="after")
+    b.node("e", "end", outputs={"after": "{{ctx.after}}", "waited": "{{ctx.wait.seconds}}"})
+    b.chain("s", "wait", "after", "e")
+    return b.build()
+
+
+def multi_level_join() -> DagDefinition:
+    b = DagBuilder("multi_level_join")
+    b.node("s", "start")
+    for leaf in "abcd":
+        py(b, leaf, "tag", name=leaf)
+        b.edge("s", leaf)
+    py(b, "j1", "add", a="{{ctx.a}}", b="{{ctx.b}}")
+    py(b, "j2", "add", a="{{ctx.c}}", b="{{ctx.d}}")
+    py(b, "j3", "add", a="{{ctx.j1}}", b="{{ctx.j2}}")
+    b.node("e", "end", outputs={"all": "{{ctx.j3}}"})
+    b.chain("a", "j1")
+    b.chain("b", "j1")
+    b.chain("c", "j2")
+    b.chain("d", "j2")
+    b.chain("j1", "j3", "e")
+    b.chain("j2", "j3")
+    return b.build()
+
+
+def loop() -> DagDefinition:
+    b = DagBuilder("loop")
+    b.node("s", "start")
+    b.node("each", "loop", items="{{ctx.input.items}}")
+    py(b, "body", "double", x="{{ctx.each.item}}")
+    py(b, "body2", "add", a="{{ctx.body}}", b="{{ctx.each.index}}")
+    b.node("e", "end", outputs={"results": "{{ctx.each.results}}", "n": "{{ctx.each.count}}"})
+    b.edge("s", "each")
+    b.edge("each", "body", handle="loop")
+    b.chain("body", "body2", "each")
+    b.edge("each", "e", handle="done")
+    return b.build()
+
+
+@contextmanager
+def running(store: Store, *, concurrency: int = 4, lease: float = 30.0) -> Iterator[Runner]:
+    runner = Runner(
+        store,
+        [],
+        dags=registry,
+        options=RunnerOptions(concurrency=concurrency, lease=lease, idle_poll=0.5),
+    )
+    runner.start()
+    try:
+        yield runner
+    finally:
+        runner.stop(timeout=10)
