@@ -1,0 +1,1 @@
+"""Durability tests with real processes: SIGKILL at chosen points, restarts, concurrency."""

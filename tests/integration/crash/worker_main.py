@@ -1,0 +1,163 @@
+"""A runner process for the crash tests, with SIGKILL injected at chosen points.
+
+    python worker_main.py --url URL [--schema S] --ledger SPEC --worker-id ID
+        [--lease 1.0] [--concurrency 2] [--kill STORE_POINT | --chaos ACTION_POINT]
+
+``--kill`` wraps the real store of this process (SQLite or Postgres) and kills the
+process with SIGKILL at the k-th matching call:
+
+* ``claim:before:k``    before the k-th ``claim`` call (nothing of it committed);
+* ``claim:after:k``     right after the k-th ``claim`` that leased work (intent committed);
+* ``complete:before:k`` before the k-th ``apply`` carrying a STEP_COMPLETED (the action
+  returned, its completion is not committed);
+* ``complete:after:k``  right after that commit;
+* a ``:stop`` suffix sends SIGSTOP instead (see :class:`KillSwitch`).
+
+``--chaos after_save:k`` / ``after_effect:k`` makes the action kill its own process in
+the middle (see :class:`workflows.Chaos`); ``--heartbeat-outage s`` makes heartbeats
+fail for ``s`` seconds after the first claim. The process prints ``READY <worker_id>`` once
+its store is open and then serves until SIGTERM (a graceful stop, exit status 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from statemachine_wf.errors import StoreError
+from statemachine_wf.events import Ev
+from statemachine_wf.runner import Runner, RunnerOptions
+from statemachine_wf.store import Claim, Commit
+from tests.integration.crash.workflows import Chaos, Ledgered, open_ledger
+
+
+class KillSwitch:
+    """Counts matching store calls and signals this process at the chosen one.
+
+    ``op:when:k`` sends SIGKILL; ``op:when:k:stop`` sends SIGSTOP instead, freezing the
+    whole process (heartbeats included) until the test sends SIGCONT: a zombie runner.
+    """
+
+    def __init__(self, spec: str | None) -> None:
+        self.op = self.when = None
+        self.at = 0
+        self.signal = signal.SIGKILL
+        if spec:
+            parts = spec.split(":")
+            self.op, self.when, self.at = parts[0], parts[1], int(parts[2])
+            if parts[3:] == ["stop"]:
+                self.signal = signal.SIGSTOP
+        self._seen = 0
+        self._lock = threading.Lock()
+
+    def hit(self, op: str, when: str) -> None:
+        """Count one ``op`` call at ``when``; die if it is the chosen one."""
+        if (op, when) != (self.op, self.when):
+            return
+        with self._lock:
+            self._seen += 1
+            if self._seen == self.at:
+                # Thread-directed, so this very thread stops or dies before its next line;
+                # a process-directed SIGSTOP was seen to let it run on into the commit.
+                signal.pthread_kill(threading.get_ident(), self.signal)
+
+
+def killing_store(base: type[Any], switch: KillSwitch, outage: float = 0.0) -> type[Any]:
+    """A subclass of the real store class whose claim/apply die where ``switch`` says.
+
+    With ``outage``, every heartbeat fails for that many seconds after the first claim
+    (as when the database is briefly unreachable for that one call), so leases lapse.
+    """
+    outage_until: list[float] = []
+
+    class KillingStore(base):  # type: ignore[misc,valid-type]
+        def heartbeat(self, *, worker: str, lease: float) -> int:
+            if outage_until and time.monotonic() < outage_until[0]:
+                raise StoreError("injected heartbeat outage")
+            n: int = super().heartbeat(worker=worker, lease=lease)
+            return n
+
+        def claim(self, **kwargs: Any) -> list[Claim]:
+            switch.hit("claim", "before")
+            claims: list[Claim] = super().claim(**kwargs)
+            if claims:
+                if outage and not outage_until:
+                    outage_until.append(time.monotonic() + outage)
+                switch.hit("claim", "after")
+            return claims
+
+        def apply(self, commit: Commit) -> int:
+            completes = any(e.event_type == Ev.STEP_COMPLETED for e in commit.decision.events)
+            if completes:
+                switch.hit("complete", "before")
+            version: int = super().apply(commit)
+            if completes:
+                switch.hit("complete", "after")
+            return version
+
+    return KillingStore
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--schema")
+    p.add_argument("--ledger", required=True)
+    p.add_argument("--worker-id", required=True)
+    p.add_argument("--lease", type=float, default=1.0)
+    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--pool-size", type=int, default=4)
+    p.add_argument("--kill")
+    p.add_argument("--chaos")
+    p.add_argument("--heartbeat-outage", type=float, default=0.0)
+    args = p.parse_args()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung child can be asked
+    logging.basicConfig(
+        level=logging.WARNING, format=f"%(asctime)s {args.worker_id} %(name)s %(message)s"
+    )
+
+    switch = KillSwitch(args.kill)
+    if args.url.startswith("sqlite:///"):
+        from statemachine_wf.stores.sqlite import SQLiteStore
+
+        store = killing_store(SQLiteStore, switch, args.heartbeat_outage)(
+            args.url.removeprefix("sqlite:///")
+        )
+    else:
+        from statemachine_wf.stores.postgres import PostgresStore
+
+        store = killing_store(PostgresStore, switch, args.heartbeat_outage)(
+            args.url, schema=args.schema, pool_size=args.pool_size
+        )
+    store.migrate()
+    ledger = open_ledger(args.ledger)
+    runner = Runner(
+        store,
+        [Ledgered],
+        options=RunnerOptions(
+            concurrency=args.concurrency,
+            lease=args.lease,
+            worker_id=args.worker_id,
+            idle_poll=0.5,
+        ),
+        dependencies={"ledger": ledger, "chaos": Chaos(args.chaos)},
+    )
+    print(f"READY {args.worker_id}", flush=True)
+    try:
+        runner.run()  # until SIGTERM
+    finally:
+        ledger.close()
+        store.close()
+
+
+if __name__ == "__main__":
+    main()
