@@ -117,6 +117,7 @@ class _Drive:
     version: int
     state: Projection
     failures: int
+    lease_token: str | None = None
 
     @property
     def attempt(self) -> int:
@@ -359,6 +360,7 @@ class Runner:
             version=inst.version,
             state=inst.projection(in_flight=claim.task.in_flight),
             failures=claim.task.failures,
+            lease_token=claim.task.lease_token,
         )
         try:
             input_model = spec.input_model.model_validate(inst.input)
@@ -551,7 +553,14 @@ class Runner:
             except ConcurrencyConflict:
                 task = self.store.task(d.instance.id)
                 fresh = self.store.get(d.instance.id)
-                if task is None or fresh is None or task.lease_owner != self.worker_id:
+                if (
+                    task is None
+                    or fresh is None
+                    or task.lease_owner != self.worker_id
+                    # Same worker id is not enough: a newer claim (a restart under a stable
+                    # id, or our own other thread after the lease ran out) owns it now.
+                    or task.lease_token != d.lease_token
+                ):
                     raise LeaseLost(
                         f"instance {d.instance.id} was taken over by another runner"
                     ) from None

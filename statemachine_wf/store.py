@@ -73,6 +73,8 @@ class TaskRecord:
     lease_owner: str | None
     leased: bool = False
     """A runner holds it right now (owner set and lease not expired, by the store's clock)."""
+    lease_token: str | None = None
+    """Set fresh by every claim: identifies *this* claim, not just the worker."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,7 @@ def task_record(row: Mapping[str, Any], *, now: float | None = None) -> TaskReco
         in_flight=bool(row["in_flight"]),
         failures=int(row["failures"]),
         lease_owner=row["lease_owner"],
+        lease_token=row["lease_token"] if "lease_token" in keys else None,
         leased=leased,
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -231,7 +232,14 @@ class PostgresStore:
         self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
     ) -> list[Claim]:
         rows = self._all(
-            Q["claim"], {"types": list(types), "worker": worker, "lease": lease, "limit": limit}
+            Q["claim"],
+            {
+                "types": list(types),
+                "worker": worker,
+                "lease": lease,
+                "limit": limit,
+                "token": uuid.uuid4().hex,
+            },
         )
         claims = []
         for row in rows:
@@ -254,7 +262,8 @@ class PostgresStore:
         with self._conn() as conn, conn.transaction():
             inst = conn.execute(Q["bump_version"], {"id": task.instance_id}).fetchone()
             leased = conn.execute(
-                Q["lease_task"], {"task_id": task.id, "worker": worker, "lease": lease}
+                Q["lease_task"],
+                {"task_id": task.id, "worker": worker, "lease": lease, "token": uuid.uuid4().hex},
             ).fetchone()
         assert inst is not None
         assert leased is not None
@@ -268,7 +277,13 @@ class PostgresStore:
                 return None
             inst = conn.execute(Q["bump_version"], {"id": instance_id}).fetchone()
             leased = conn.execute(
-                Q["lease_task"], {"task_id": locked["id"], "worker": worker, "lease": lease}
+                Q["lease_task"],
+                {
+                    "task_id": locked["id"],
+                    "worker": worker,
+                    "lease": lease,
+                    "token": uuid.uuid4().hex,
+                },
             ).fetchone()
         assert inst is not None
         assert leased is not None

@@ -9,11 +9,13 @@ work, and notice other processes' commits through ``PRAGMA data_version``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -302,13 +304,17 @@ class SQLiteStore:
         instance = instance_record(
             conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
         )
+        token = uuid.uuid4().hex
+        lease_params = {"task_id": task.id, "worker": worker, "token": token, "due_at": now + lease}
         if start and fast_start_allowed(instance, task):
             decision = decide.start(instance.projection(in_flight=False), task.node)
             version = self._write_decision(
                 conn, instance.id, instance.version, decision, worker, lease, now
             )
+            conn.execute(Q["lease_task"], lease_params)
             assert isinstance(decision.task, Continue)
             task = _leased(task, worker, now + lease, decision.task.attempt, started=True)
+            task = dataclasses.replace(task, lease_token=token)
             instance = instance_record(
                 conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
             )
@@ -317,10 +323,10 @@ class SQLiteStore:
         conn.execute(
             Q["bump_version"], {"id": instance.id, "version": instance.version, "now": now}
         )
-        conn.execute(Q["lease_task"], {"task_id": task.id, "worker": worker, "due_at": now + lease})
+        conn.execute(Q["lease_task"], lease_params)
         bumped = instance_record(conn.execute(Q["get_instance"], {"id": instance.id}).fetchone())
         leased = _leased(task, worker, now + lease, task.attempt, started=False)
-        return Claim(leased, bumped, started=False)
+        return Claim(dataclasses.replace(leased, lease_token=token), bumped, started=False)
 
     def apply(self, commit: Commit) -> int:
         now = time.time()

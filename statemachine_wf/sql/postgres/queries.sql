@@ -126,6 +126,7 @@ WITH picked AS (
 ), claimed AS (
     UPDATE wf_tasks t
     SET lease_owner = %(worker)s,
+        lease_token = %(token)s,
         due_at = now() + %(lease)s * interval '1 second',
         attempt = CASE WHEN b.fast THEN b.step_attempts ELSE t.attempt END,
         in_flight = t.in_flight OR coalesce(b.fast, false)
@@ -149,7 +150,8 @@ UPDATE wf_instances SET version = version + 1, updated_at = now()
 WHERE id = %(id)s RETURNING *;
 
 -- name: lease_task
-UPDATE wf_tasks SET lease_owner = %(worker)s, due_at = now() + %(lease)s * interval '1 second'
+UPDATE wf_tasks SET lease_owner = %(worker)s, lease_token = %(token)s,
+                    due_at = now() + %(lease)s * interval '1 second'
 WHERE id = %(task_id)s
 RETURNING *, true AS leased;
 

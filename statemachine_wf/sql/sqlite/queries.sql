@@ -56,7 +56,8 @@ SET node = excluded.node, due_at = excluded.due_at, in_flight = 0,
 DELETE FROM wf_tasks WHERE instance_id = :instance_id AND slot = '';
 
 -- name: lease_task
-UPDATE wf_tasks SET lease_owner = :worker, due_at = :due_at WHERE id = :task_id;
+UPDATE wf_tasks SET lease_owner = :worker, lease_token = :token, due_at = :due_at
+WHERE id = :task_id;
 
 -- name: heartbeat
 UPDATE wf_tasks SET due_at = :due_at WHERE lease_owner = :worker AND due_at > :now;

@@ -36,20 +36,12 @@ def opened(target: Target) -> Iterator[tuple[Store, Ledger]]:
     store.close()
 
 
-SAME_ID_BUG = (
-    "runtime bug, runner.py Runner._commit: on a lost CAS it re-reads and re-decides "
-    "whenever task.lease_owner equals its own worker_id, so a newer claim under the same "
-    "id (a restarted twin, or its own other thread after the lease lapsed) goes unseen "
-    "and a stale attempt's STEP_COMPLETED is committed over the new attempt"
-)
-
-
 @pytest.mark.crash
 @pytest.mark.parametrize(
     "takeover",
     [
         "other_worker_id",
-        pytest.param("same_worker_id", marks=pytest.mark.xfail(reason=SAME_ID_BUG, strict=True)),
+        "same_worker_id",
     ],
 )
 def test_thawed_zombie_cannot_complete_a_step_again(
@@ -90,7 +82,6 @@ def test_thawed_zombie_cannot_complete_a_step_again(
 
 
 @pytest.mark.crash
-@pytest.mark.xfail(reason=SAME_ID_BUG, strict=True)
 def test_lapsed_lease_retaken_by_the_same_runner_completes_the_step_once(
     target: Target, opened: tuple[Store, Ledger]
 ) -> None:
