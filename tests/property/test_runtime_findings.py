@@ -1,0 +1,111 @@
+"""Runtime bugs the state machine found, pinned as deterministic stepper scenarios.
+
+Each is ``xfail(strict=True)``: it flips to a failure (and must be un-marked) once fixed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from pydantic import BaseModel
+
+from statemachine_wf.errors import LeaseLost, Retry
+from statemachine_wf.events import Ev, Status
+from statemachine_wf.retry import RetryPolicy
+from statemachine_wf.testing import (
+    InvariantViolation,
+    Proceed,
+    Raise,
+    Stepper,
+    check_workflow,
+    outcomes,
+    sqlite_store,
+)
+from statemachine_wf.workflow import COMPLETED, Workflow, step
+
+from .workflows import Transfer, TransferInput, transfer_world
+
+
+class PollInput(BaseModel):
+    n: int = 0
+
+
+class PollProgress(BaseModel):
+    seen: int | None = None
+
+
+class Poll(Workflow[PollInput, PollProgress]):
+    workflow_type = "test.poll.v1"
+
+    @step(initial=True, to=COMPLETED, retry=RetryPolicy(max_attempts=2, on_exhausted="fail"))
+    def poll(self, ctx: object) -> None:
+        return None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=LeaseLost,
+    reason="a failing reconcile at start-up re-writes STEP_FAILED(step, attempt) of an "
+    "attempt that already failed; the unique index refuses it and _commit gives up",
+)
+def test_reconcile_failure_at_startup_is_recorded(tmp_path: Path) -> None:
+    stepper = Stepper(
+        Transfer,
+        sqlite_store(str(tmp_path / "swf.db")),
+        dependencies=transfer_world(),
+        outcomes=lambda step, attempt: Raise(Retry("rpc down")) if attempt == 1 else Proceed(),
+        reconcile_outcomes=lambda step, attempt: Raise(Retry("node unreachable")),
+    )
+    stepper.start(TransferInput(sender="a", amount=1, drops=0))
+    stepper.tick()  # sign, attempt 1: Retry -> RUNNING, waiting out its back-off
+    stepper.tick(restart=True, let_time_pass=True)  # start-up pass: the hook raises
+    failed = [
+        e for e in stepper.store.events(stepper.instance_id or "") if e.event_type == Ev.STEP_FAILED
+    ]
+    assert len(failed) == 2, "the hook's failure is in the log"
+    stepper.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the claim's STEP_STARTED commit resets wf_tasks.failures to 0 while the runner "
+    "keeps the count in memory: a crash after the claim forgets earlier failures",
+)
+def test_failure_count_survives_a_crash_after_the_claim(tmp_path: Path) -> None:
+    stepper = Stepper(
+        Poll,
+        sqlite_store(str(tmp_path / "swf.db")),
+        outcomes=lambda step, attempt: Raise(Retry("not yet")),
+    )
+    stepper.start(PollInput())
+    stepper.tick()  # attempt 1 fails: 1 consecutive failure of 2 allowed
+    assert stepper.tick(crash="after_claim").crashed == "after_claim"
+    stepper.tick()  # a new runner: the in-doubt attempt 2 is restarted as attempt 3
+    stepper.tick()  # attempt 3 fails: the 2nd failure, the policy is exhausted
+    events = stepper.store.events(stepper.instance_id or "")
+    assert [e.payload["failures"] for e in events if e.event_type == Ev.STEP_FAILED] == [1, 2]
+    assert stepper.record.status == Status.FAILED
+    stepper.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=InvariantViolation,
+    reason="same bug as above, found by the state machine: a crashed run retries more "
+    "often than an uncrashed one and ends differently",
+)
+def test_state_machine_finds_the_failure_count_reset() -> None:
+    check_workflow(
+        Poll,
+        outcomes={"poll": outcomes(errors=[Retry("not yet")], failure_percent=60)},
+        settings=settings(
+            max_examples=300,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
