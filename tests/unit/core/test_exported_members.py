@@ -22,6 +22,7 @@ def test_all_is_sorted_and_complete() -> None:
         "stores",
         "workflow",
         "cli",
+        "dag",
         "testing",
     }
     assert public - modules == set(exported)
