@@ -23,10 +23,15 @@ from .workflow import COMPLETED, ErrorClass, WorkflowSpec
 
 @dataclass(frozen=True, slots=True)
 class Continue:
-    """Keep the lease and run ``node`` (its STEP_STARTED is among the events)."""
+    """Keep the lease and run ``node`` (its STEP_STARTED is among the events).
+
+    ``failures`` carries the consecutive-failure count into the attempt: 0 after a
+    success, the running count when a failed or in-doubt step is tried again.
+    """
 
     node: str
     attempt: int
+    failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +67,21 @@ def _decide(state: Projection, events: list[NewEvent], task: TaskOp) -> Decision
     return Decision(tuple(events), apply_all(state, events), task)
 
 
-def start(state: Projection, step: str) -> Decision:
-    """Write the intent of the next attempt of ``step``."""
+def start(state: Projection, step: str, *, failures: int = 0) -> Decision:
+    """Write the intent of the next attempt of ``step`` (``failures`` so far carried on)."""
     attempt = state.next_attempt(step)
-    return _decide(state, [NewEvent(Ev.STEP_STARTED, step, attempt)], Continue(step, attempt))
+    return _decide(
+        state, [NewEvent(Ev.STEP_STARTED, step, attempt)], Continue(step, attempt, failures)
+    )
 
 
 def _moved_on(
-    state: Projection, events: list[NewEvent], target: str, *, hold: bool = True
+    state: Projection,
+    events: list[NewEvent],
+    target: str,
+    *,
+    hold: bool = True,
+    failures: int = 0,
 ) -> Decision:
     """After events that leave the instance at ``target``: start it, cancel, or finish.
 
@@ -86,7 +98,9 @@ def _moved_on(
         return _decide(state, events, Reschedule(target, 0.0, 0))
     attempt = after.next_attempt(target)
     return _decide(
-        state, [*events, NewEvent(Ev.STEP_STARTED, target, attempt)], Continue(target, attempt)
+        state,
+        [*events, NewEvent(Ev.STEP_STARTED, target, attempt)],
+        Continue(target, attempt, failures),
     )
 
 
@@ -152,10 +166,14 @@ def failure(
     cls: ErrorClass,
     exc: BaseException,
     failures: int,
+    *,
+    event: Ev = Ev.STEP_FAILED,
 ) -> Decision:
     """The action of ``step`` failed with ``exc``, classified as ``cls``.
 
     ``failures`` is the count of consecutive failures of this step before this one.
+    ``event`` is ``RECONCILE_FAILED`` when it was the reconcile hook of a step whose
+    attempt had already ended that failed: the attempt's own outcome stays as logged.
     """
     if isinstance(exc, Waiting):
         payload: dict[str, Any] = (
@@ -198,7 +216,7 @@ def failure(
         "retry_in": round(delay, 3),
         "failures": failures,
     }
-    return _decide(state, [NewEvent(Ev.STEP_FAILED, step, attempt, payload, info)], task)
+    return _decide(state, [NewEvent(event, step, attempt, payload, info)], task)
 
 
 def reconciled(
@@ -209,8 +227,12 @@ def reconciled(
     rec: Reconciliation,
     *,
     in_doubt: bool,
+    failures: int = 0,
 ) -> Decision:
-    """A reconcile hook returned ``rec`` for ``step`` (attempt ``attempt``)."""
+    """A reconcile hook returned ``rec`` for ``step`` (attempt ``attempt``).
+
+    ``failures`` is the step's consecutive-failure count, kept when the step runs again.
+    """
     if rec.decision == "goto" and rec.to not in spec.steps:
         return failure(
             spec,
@@ -242,7 +264,7 @@ def reconciled(
         return _moved_on(state, [event], rec.to)
     if rec.decision == "complete":
         return _moved_on(state, [event], COMPLETED)
-    return _moved_on(state, [event], step)
+    return _moved_on(state, [event], step, failures=failures)
 
 
 def saved(state: Projection, step: str, attempt: int, delta: Mapping[str, Any]) -> Decision:

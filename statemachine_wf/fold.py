@@ -75,7 +75,7 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
             progress=progress,
             error=None,
         )
-    if et == Ev.STEP_FAILED:
+    if et in (Ev.STEP_FAILED, Ev.RECONCILE_FAILED):
         outcome = payload.get("outcome")
         status = {"stall": Status.STALLED, "fail": Status.FAILED}.get(str(outcome), state.status)
         return replace(state, status=status, in_flight=False, error=event.error)

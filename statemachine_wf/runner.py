@@ -38,7 +38,7 @@ from . import decide
 from .context import ReconcileContext, Reconciliation, StepContext
 from .decide import Continue, Decision
 from .errors import ConcurrencyConflict, Fail, LeaseLost, Retry, StepFailure, Waiting
-from .events import Status
+from .events import Ev, Status
 from .fold import Projection
 from .store import Claim, Commit, InstanceRecord, Store, matches_prefix
 from .workflow import ErrorClass, StepSpec, Workflow, WorkflowSpec
@@ -400,7 +400,7 @@ class Runner:
             self._reconcile(d, input_model, reason=reason, in_doubt=in_doubt)
         else:
             step = state.step
-            self._commit(d, lambda s: decide.start(s, step))
+            self._commit(d, lambda s: decide.start(s, step, failures=d.failures))
         return self._holding(d)
 
     def _reconcile(self, d: _Drive, input_model: BaseModel, *, reason: str, in_doubt: bool) -> None:
@@ -431,7 +431,10 @@ class Runner:
         except Exception as exc:
             cls = d.spec.step(step).classify(exc)
             log.warning("instance %s: reconcile of %s raised %r", d.instance.id, step, exc)
-            self._fail(d, step, attempt, cls, exc)
+            # An in-doubt attempt is still open: the hook's failure ends it. Otherwise the
+            # attempt already has its outcome in the log and the failure is the hook's own.
+            event = Ev.STEP_FAILED if in_doubt else Ev.RECONCILE_FAILED
+            self._fail(d, step, attempt, cls, exc, event=event)
             return
         log.info(
             "instance %s: reconciled %s (%s): %s %s",
@@ -442,7 +445,10 @@ class Runner:
             dict(rec.evidence),
         )
         self._commit(
-            d, lambda s: decide.reconciled(d.spec, s, step, attempt, rec, in_doubt=in_doubt)
+            d,
+            lambda s: decide.reconciled(
+                d.spec, s, step, attempt, rec, in_doubt=in_doubt, failures=d.failures
+            ),
         )
 
     def _run_step(self, d: _Drive, input_model: BaseModel) -> bool:
@@ -505,10 +511,17 @@ class Runner:
         return isinstance(decision.task, Continue)
 
     def _fail(
-        self, d: _Drive, step: str, attempt: int, cls: ErrorClass, exc: BaseException
+        self,
+        d: _Drive,
+        step: str,
+        attempt: int,
+        cls: ErrorClass,
+        exc: BaseException,
+        *,
+        event: Ev = Ev.STEP_FAILED,
     ) -> None:
         def make(state: Projection) -> Decision:
-            return decide.failure(d.spec, state, step, attempt, cls, exc, d.failures)
+            return decide.failure(d.spec, state, step, attempt, cls, exc, d.failures, event=event)
 
         self._commit(d, make)
 
@@ -571,6 +584,6 @@ class Runner:
             if isinstance(decision.task, decide.Reschedule):
                 d.failures = decision.task.failures
             elif isinstance(decision.task, Continue):
-                d.failures = 0
+                d.failures = decision.task.failures
             return decision
         raise LeaseLost(f"instance {d.instance.id} keeps changing under this runner")

@@ -303,7 +303,7 @@ class PostgresStore:
         op = decision.task
         if isinstance(op, Continue):
             tail = "apply_continue"
-            params.update(node=op.node, attempt=op.attempt)
+            params.update(node=op.node, attempt=op.attempt, failures=op.failures)
         elif isinstance(op, Reschedule):
             tail = "apply_reschedule"
             params.update(

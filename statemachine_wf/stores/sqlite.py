@@ -307,7 +307,9 @@ class SQLiteStore:
         token = uuid.uuid4().hex
         lease_params = {"task_id": task.id, "worker": worker, "token": token, "due_at": now + lease}
         if start and fast_start_allowed(instance, task):
-            decision = decide.start(instance.projection(in_flight=False), task.node)
+            decision = decide.start(
+                instance.projection(in_flight=False), task.node, failures=task.failures
+            )
             version = self._write_decision(
                 conn, instance.id, instance.version, decision, worker, lease, now
             )
@@ -371,6 +373,7 @@ class SQLiteStore:
                     "instance_id": instance_id,
                     "node": op.node,
                     "attempt": op.attempt,
+                    "failures": op.failures,
                     "worker": worker,
                     "due_at": now + lease,
                 },

@@ -56,7 +56,7 @@ WITH inst AS (
 -- name: apply_continue
 , task AS (
     UPDATE wf_tasks t
-    SET node = %(node)s, attempt = %(attempt)s, in_flight = true, failures = 0,
+    SET node = %(node)s, attempt = %(attempt)s, in_flight = true, failures = %(failures)s,
         lease_owner = %(worker)s, due_at = now() + %(lease)s * interval '1 second'
     FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
 )

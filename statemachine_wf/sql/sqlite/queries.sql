@@ -39,7 +39,7 @@ WHERE id = :id AND version = :version;
 
 -- name: task_continue
 UPDATE wf_tasks
-SET node = :node, attempt = :attempt, in_flight = 1, failures = 0,
+SET node = :node, attempt = :attempt, in_flight = 1, failures = :failures,
     lease_owner = :worker, due_at = :due_at
 WHERE instance_id = :instance_id AND slot = '';
 
