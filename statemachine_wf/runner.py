@@ -581,7 +581,7 @@ class Runner:
                 d.state = fresh.projection(in_flight=task.in_flight)
                 continue
             d.state = decision.state
-            if isinstance(decision.task, decide.Reschedule) or isinstance(decision.task, Continue):
+            if isinstance(decision.task, decide.Reschedule | Continue):
                 d.failures = decision.task.failures
             return decision
         raise LeaseLost(f"instance {d.instance.id} keeps changing under this runner")
