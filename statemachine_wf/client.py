@@ -22,6 +22,30 @@ from .store import Commit, InstanceRecord, NewInstance, Store
 from .workflow import Workflow
 
 
+def wait_for_status(
+    get: Callable[[str], InstanceRecord],
+    instance_id: str,
+    *,
+    timeout: float,
+    statuses: Sequence[Status] | None = None,
+) -> InstanceRecord:
+    """Poll ``get(instance_id)`` until its status is one of ``statuses`` (default: terminal).
+
+    For scripts and tests; shared by the state-machine and DAG clients.
+    """
+    wanted = set(statuses) if statuses else {s for s in Status if s.terminal}
+    deadline = time.monotonic() + timeout
+    while True:
+        record = get(instance_id)
+        if record.status in wanted:
+            return record
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"instance {instance_id} is {record.status} at {record.step} after {timeout} s"
+            )
+        time.sleep(0.02)
+
+
 class Client:
     """Start and manage workflow instances.
 
@@ -113,17 +137,7 @@ class Client:
         self, instance_id: str, *, timeout: float = 30.0, statuses: Sequence[Status] | None = None
     ) -> InstanceRecord:
         """Poll until the instance reaches one of ``statuses`` (default: terminal)."""
-        wanted = set(statuses) if statuses else {s for s in Status if s.terminal}
-        deadline = time.monotonic() + timeout
-        while True:
-            record = self.get(instance_id)
-            if record.status in wanted:
-                return record
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"instance {instance_id} is {record.status} at {record.step} after {timeout} s"
-                )
-            time.sleep(0.02)
+        return wait_for_status(self.get, instance_id, timeout=timeout, statuses=statuses)
 
     # -- verifying --------------------------------------------------------------------
     def verify(self, instance_id: str) -> dict[str, tuple[Any, Any]]:

@@ -8,11 +8,11 @@ definition from its own log, so saving a new version never changes it.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..client import wait_for_status
 from ..errors import InputError, InvalidState, NotFound
 from ..events import EventRecord, Status
 from ..store import InstanceRecord, NewDagInstance, Store
@@ -190,17 +190,7 @@ class DagClient:
         self, instance_id: str, *, timeout: float = 30.0, statuses: Sequence[Status] | None = None
     ) -> InstanceRecord:
         """Poll until the instance reaches one of ``statuses`` (default: terminal)."""
-        wanted = set(statuses) if statuses else {s for s in Status if s.terminal}
-        deadline = time.monotonic() + timeout
-        while True:
-            record = self.get(instance_id)
-            if record.status in wanted:
-                return record
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"DAG instance {instance_id} is {record.status} after {timeout} s"
-                )
-            time.sleep(0.02)
+        return wait_for_status(self.get, instance_id, timeout=timeout, statuses=statuses)
 
     def cancel(self, instance_id: str) -> None:
         """Not built yet for DAGs: raises :class:`InvalidState`."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -163,3 +164,29 @@ def fast_start_allowed(instance: InstanceRecord, task: TaskRecord) -> bool:
         and not instance.cancel_requested
         and instance.status in (Status.PENDING, Status.RUNNING, Status.STALLED)
     )
+
+
+class Wakeup:
+    """How a store's idle workers sleep: one wake-up rouses one worker (the baton).
+
+    A worker that claims something calls :meth:`nudge` to pass the baton on, so a burst
+    is picked up by as many workers as it needs and a single task costs a single claim.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` s; True when woken rather than timed out."""
+        with self._cond:
+            return self._cond.wait(timeout=timeout)
+
+    def nudge(self) -> None:
+        """Wake one sleeping worker."""
+        with self._cond:
+            self._cond.notify(1)
+
+    def wake_all(self) -> None:
+        """Wake every sleeping worker (shutdown)."""
+        with self._cond:
+            self._cond.notify_all()

@@ -36,6 +36,7 @@ from ..store import (
     like_prefix,
 )
 from ._common import (
+    Wakeup,
     dag_apply_params,
     event_dicts,
     event_record,
@@ -109,7 +110,8 @@ class PostgresStore:
         )
         self._pool.open(wait=True, timeout=30)
         self._listen = listen
-        self._wake = threading.Condition()
+        self._wakeup = Wakeup()
+        self._listener_lock = threading.Lock()
         self._listener: threading.Thread | None = None
         self._closed = threading.Event()
         self._migrated = False
@@ -370,19 +372,16 @@ class PostgresStore:
     def wait_for_work(self, timeout: float) -> bool:
         if self._listen and self._listener is None:
             self._start_listener()
-        with self._wake:
-            return self._wake.wait(timeout=timeout)
+        return self._wakeup.wait(timeout)
 
     def nudge(self) -> None:
-        with self._wake:
-            self._wake.notify(1)
+        self._wakeup.nudge()
 
     def wake(self) -> None:
-        with self._wake:
-            self._wake.notify_all()
+        self._wakeup.wake_all()
 
     def _start_listener(self) -> None:
-        with self._wake:
+        with self._listener_lock:
             if self._listener is not None:
                 return
             ready = threading.Event()

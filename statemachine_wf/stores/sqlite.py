@@ -37,6 +37,7 @@ from ..store import (
     like_prefix,
 )
 from ._common import (
+    Wakeup,
     dag_apply_params,
     dumps,
     event_dicts,
@@ -76,7 +77,7 @@ class SQLiteStore:
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        self._wake = threading.Condition()
+        self._wakeup = Wakeup()
         self._writer = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
@@ -498,16 +499,13 @@ class SQLiteStore:
 
     def wait_for_work(self, timeout: float) -> bool:
         self._ensure_watcher()
-        with self._wake:
-            return self._wake.wait(timeout=timeout)
+        return self._wakeup.wait(timeout)
 
     def nudge(self) -> None:
-        with self._wake:
-            self._wake.notify(1)
+        self._wakeup.nudge()
 
     def wake(self) -> None:
-        with self._wake:
-            self._wake.notify_all()
+        self._wakeup.wake_all()
 
     def _ensure_watcher(self) -> None:
         # One thread per store notices other processes' commits through PRAGMA
