@@ -22,6 +22,7 @@ from .errors import (
     InvalidState,
     LeaseLost,
     NotFound,
+    Parked,
     PayloadTooLarge,
     ProgressConflict,
     Retry,
@@ -32,6 +33,7 @@ from .errors import (
     UndeclaredTransition,
     UnknownWorkflowType,
     Waiting,
+    WaitTimeout,
     WorkflowError,
 )
 from .events import EventRecord, Status
@@ -54,6 +56,7 @@ __all__ = [
     "InvalidState",
     "LeaseLost",
     "NotFound",
+    "Parked",
     "PayloadTooLarge",
     "ProgressConflict",
     "ReconcileContext",
@@ -71,6 +74,7 @@ __all__ = [
     "StoreError",
     "UndeclaredTransition",
     "UnknownWorkflowType",
+    "WaitTimeout",
     "Waiting",
     "Workflow",
     "WorkflowError",

@@ -3,32 +3,41 @@
     statemachine-wf [--db URL] [--schema S] [-m MODULE ...] COMMAND ...
 
 Commands: migrate, worker, start, status, history, graph, list, cancel, resume, retry,
-verify, rebuild, dead-letters. Workflow classes come from the modules named with ``-m``
-(or ``SWF_MODULES``); every ``Workflow`` subclass defined in them is hosted.
+verify, rebuild, dead-letters (list, show, redrive), delete, purge, signal, signals.
+Workflow classes come from the modules named with ``-m`` (or ``SWF_MODULES``); every
+``Workflow`` subclass defined in them is hosted. ``worker --dag-registry MODULE:ATTR``
+also runs DAG instances with that :class:`~statemachine_wf.dag.Registry`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import inspect
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from .audit import lifecycle
 from .client import Client
 from .config import Config
 from .errors import UnknownWorkflowType, WorkflowError
 from .events import Status
+from .inbox import parse_duration
 from .runner import Runner, RunnerOptions
 from .store import Store
 from .stores import open_store
 from .workflow import Workflow
+
+if TYPE_CHECKING:
+    from .dag.handlers import Registry
 
 
 def load_workflows(modules: Sequence[str]) -> list[type[Workflow[Any, Any]]]:
@@ -78,6 +87,18 @@ def _parser() -> argparse.ArgumentParser:
         "--deps",
         help="MODULE:FUNCTION returning the dependencies (a dict) set on workflow objects",
     )
+    w.add_argument(
+        "--dag-registry",
+        default=os.environ.get("SWF_DAG_REGISTRY") or None,
+        help="MODULE:ATTR naming a dag.Registry: also run DAG instances, calling its "
+        "functions (env SWF_DAG_REGISTRY)",
+    )
+    w.add_argument(
+        "--dag-type",
+        action="append",
+        dest="dag_types",
+        help="task type of the DAG instances to run (repeatable; default swf.dag)",
+    )
 
     s = sub.add_parser("start", help="start a workflow; prints its id")
     s.add_argument("type")
@@ -85,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--key", help="idempotency key")
     s.add_argument("--priority", type=int, default=100)
     s.add_argument("--delay", type=float, default=0.0, help="seconds before it may start")
+    s.add_argument("--run-at", help="when it may start: ISO 8601 with a timezone")
 
     for name, text in [
         ("status", "show an instance"),
@@ -93,10 +115,17 @@ def _parser() -> argparse.ArgumentParser:
         ("resume", "resume a STALLED instance now"),
         ("retry", "run a FAILED instance again from its failed step"),
         ("rebuild", "recompute an instance row from its log"),
+        ("delete", "soft-delete a finished instance (hidden until purged)"),
     ]:
         c = sub.add_parser(name, help=text)
         c.add_argument("id")
         c.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "history":
+            c.add_argument(
+                "--lifecycle",
+                action="store_true",
+                help="only lifecycle events, named as in the inbox (created, leased+started, ...)",
+            )
 
     g = sub.add_parser("graph", help="print a workflow type's state graph (Mermaid)")
     g.add_argument("type")
@@ -110,8 +139,33 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("ids", nargs="*", help="instance ids (default: all, up to --limit)")
     v.add_argument("--limit", type=int, default=10_000)
 
-    dl = sub.add_parser("dead-letters", help="list dead letters")
+    dl = sub.add_parser("dead-letters", help="list, show or redrive dead letters")
+    dl.add_argument("action", nargs="?", choices=["list", "show", "redrive"], default="list")
+    dl.add_argument("letter", nargs="?", type=int, help="dead letter id (show, redrive)")
     dl.add_argument("--limit", type=int, default=50)
+
+    sg = sub.add_parser("signal", help="send a signal to an instance; prints the signal's id")
+    sg.add_argument("id")
+    sg.add_argument("name")
+    sg.add_argument("--payload", default="null", help="payload as JSON (default null)")
+    sg.add_argument("--token", help="the waiting token the signal is for")
+    sg.add_argument("--delay", type=float, default=0.0, help="seconds before delivery")
+
+    ss = sub.add_parser("signals", help="signal counts per state (stale, dead, ...) and rows")
+    ss.add_argument("id", nargs="?", help="one instance (default: all)")
+    ss.add_argument("--list", action="store_true", help="also list the rows, newest first")
+    ss.add_argument("--limit", type=int, default=50)
+    ss.add_argument("--json", action="store_true", help="machine-readable output")
+
+    pg = sub.add_parser("purge", help="delete finished instances older than an age")
+    pg.add_argument("--older-than", required=True, help="age: 30d, 12h, 15m, 90s")
+    pg.add_argument("--batch", type=int, default=1000, help="instances per transaction")
+    pg.add_argument("--soft", action="store_true", help="only mark them deleted")
+    pg.add_argument(
+        "--dead-letters",
+        action="store_true",
+        help="also delete dead letters older than the age, redriven or not",
+    )
     return p
 
 
@@ -143,19 +197,31 @@ def _run(args: argparse.Namespace) -> int:
     cmd = args.command
     if cmd == "migrate":
         print(f"schema at version {store.migrate()}")
+        if workflows:  # declare them for SQL producers before any runner starts
+            store.register_types([w.spec().workflow_type for w in workflows], by="migrate")
     elif cmd == "worker":
-        if not workflows:
-            raise ValueError("no workflows to run: name their modules with -m or SWF_MODULES")
+        dags = _dag_registry(args.dag_registry)
+        if not workflows and dags is None:
+            raise ValueError(
+                "nothing to run: name workflow modules with -m (SWF_MODULES) "
+                "or a DAG registry with --dag-registry (SWF_DAG_REGISTRY)"
+            )
+        if args.dag_types and dags is None:
+            raise ValueError("--dag-type needs --dag-registry")
+        options = RunnerOptions(
+            concurrency=args.concurrency,
+            lease=args.lease,
+            prefixes=tuple(args.prefixes),
+            worker_id=args.worker_id,
+        )
+        if args.dag_types:
+            options = dataclasses.replace(options, dag_types=tuple(args.dag_types))
         runner = Runner(
             store,
             workflows,
             dependencies=_dependencies(args.deps),
-            options=RunnerOptions(
-                concurrency=args.concurrency,
-                lease=args.lease,
-                prefixes=tuple(args.prefixes),
-                worker_id=args.worker_id,
-            ),
+            options=options,
+            dags=dags,
         )
         if args.until_idle:
             runner.run_until_idle(timeout=3600)
@@ -168,9 +234,20 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"--input is not JSON: {exc}") from exc
         if args.type not in client.classes:
             raise UnknownWorkflowType(args.type, list(client.classes))
+        run_at = None
+        if args.run_at:
+            try:
+                run_at = datetime.fromisoformat(args.run_at)
+            except ValueError as exc:
+                raise ValueError(f"--run-at is not an ISO 8601 time: {exc}") from exc
         print(
             client.start(
-                args.type, data, idempotency_key=args.key, priority=args.priority, delay=args.delay
+                args.type,
+                data,
+                idempotency_key=args.key,
+                priority=args.priority,
+                delay=args.delay,
+                run_at=run_at,
             )
         )
     elif cmd == "status":
@@ -184,9 +261,19 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"  error: {json.dumps(r.error)}")
             if r.cancel_requested and not r.status.terminal:
                 print("  cancel requested")
+            wait = r.wait
+            if wait is not None:
+                what = f"signal {wait.get('name')!r}" if wait.get("kind") == "signal" else "timer"
+                until = wait.get("until")
+                deadline = "no deadline" if until is None else f"until {_when(until)} UTC"
+                print(f"  waiting for {what} ({deadline})")
     elif cmd == "history":
         events = client.history(args.id)
-        if args.json:
+        if args.lifecycle:
+            for name, e in lifecycle(events):
+                who = f" by {e.worker}" if e.worker else ""
+                print(f"{e.seq:>8} {_when(e.created_at)} {name} ({e.event_type}){who}")
+        elif args.json:
             print(json.dumps([_event_dict(e) for e in events], indent=2))
         else:
             for e in events:
@@ -229,10 +316,71 @@ def _run(args: argparse.Namespace) -> int:
         projection = client.rebuild(args.id)
         print(f"{args.id} rebuilt: {projection.status} at {projection.step}")
     elif cmd == "dead-letters":
-        for d in store.dead_letters(limit=args.limit):
-            print(f"{d['id']:>6} {d['instance_id']}  {d['reason']}")
+        _dead_letters(client, args)
+    elif cmd == "delete":
+        client.delete(args.id)
+        print(f"{args.id} deleted (hidden until purged)")
+    elif cmd == "purge":
+        age = parse_duration(args.older_than)
+        if args.soft and args.dead_letters:
+            raise ValueError("--soft applies to instances only; dead letters are deleted")
+        n = client.purge(older_than=age, batch_size=args.batch, soft=args.soft)
+        print(f"{'marked deleted' if args.soft else 'purged'} {n} finished instance(s)")
+        if args.dead_letters:
+            letters = client.purge_dead_letters(older_than=age, batch_size=args.batch)
+            print(f"purged {letters} dead letter(s)")
+    elif cmd == "signal":
+        try:
+            payload = json.loads(args.payload)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--payload is not JSON: {exc}") from exc
+        print(client.signal(args.id, args.name, payload, token=args.token, delay=args.delay))
+    elif cmd == "signals":
+        _signals(client, store, args)
     store.close()
     return 0
+
+
+def _signals(client: Client, store: Store, args: argparse.Namespace) -> None:
+    counts = client.signal_counts(args.id)
+    rows = store.signals(instance_id=args.id, limit=args.limit) if args.list else []
+    if args.json:
+        out: dict[str, Any] = {"counts": counts}
+        if args.list:
+            out["signals"] = [
+                {
+                    "id": r.id,
+                    "instance_id": r.instance_id,
+                    "kind": r.kind,
+                    "name": r.name,
+                    "state": r.state,
+                    "tokened": r.token is not None,
+                    "due_at": r.due_at,
+                    "payload": r.payload,
+                }
+                for r in rows
+            ]
+        print(json.dumps(out, indent=2))
+        return
+    print("  ".join(f"{k}={v}" for k, v in counts.items()))
+    for r in rows:
+        token = "token" if r.token else "no token"
+        print(f"{r.id:>8} {_when(r.due_at)} {r.instance_id} {r.kind} {r.name!r} {r.state} {token}")
+
+
+def _dead_letters(client: Client, args: argparse.Namespace) -> None:
+    if args.action == "list":
+        for d in client.dead_letters(limit=args.limit):
+            mark = f"  (redriven {_when(d['redriven_at'])})" if d.get("redriven_at") else ""
+            print(f"{d['id']:>6} {_when(d['created_at'])} {d['instance_id']}  {d['reason']}{mark}")
+        return
+    if args.letter is None:
+        raise ValueError(f"dead-letters {args.action} needs a dead letter id")
+    if args.action == "show":
+        print(json.dumps(client.dead_letter(args.letter), indent=2, default=str))
+        return
+    r = client.redrive(args.letter)
+    print(f"dead letter {r.letter_id}: {r.action}  instance {r.instance_id}")
 
 
 def _dependencies(spec: str | None) -> dict[str, Any]:
@@ -246,6 +394,23 @@ def _dependencies(spec: str | None) -> dict[str, Any]:
     if not isinstance(deps, dict):
         raise ValueError(f"{spec} returned {type(deps).__name__}, not a dict")
     return deps
+
+
+def _dag_registry(spec: str | None) -> Registry | None:
+    """The ``dag.Registry`` instance named ``MODULE:ATTR``."""
+    if not spec:
+        return None
+    from .dag.handlers import Registry  # only a DAG worker needs the DAG package
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"--dag-registry must be MODULE:ATTR, got {spec!r}")
+    found = getattr(importlib.import_module(module_name), attr, None)
+    if found is None:
+        raise ValueError(f"--dag-registry: module {module_name} has no attribute {attr!r}")
+    if not isinstance(found, Registry):
+        raise ValueError(f"--dag-registry: {spec} is a {type(found).__name__}, not a Registry")
+    return found
 
 
 def _event_dict(e: Any) -> dict[str, Any]:
@@ -273,6 +438,7 @@ def _record_dict(r: Any) -> dict[str, Any]:
         "progress": r.progress,
         "error": r.error,
         "cancel_requested": r.cancel_requested,
+        "waiting": r.wait,
     }
 
 

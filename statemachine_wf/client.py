@@ -6,20 +6,27 @@ action is a version-checked decision like the runner's, retried on a lost CAS.
 
 from __future__ import annotations
 
+import json
+import math
+import os
+import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from . import decide
+from . import decide, inbox, live
 from .decide import Decision
-from .errors import ConcurrencyConflict, InvalidState, NotFound, UnknownWorkflowType
+from .errors import ConcurrencyConflict, InputError, InvalidState, NotFound, UnknownWorkflowType
 from .events import EventRecord, Status
 from .fold import Projection, fold
+from .limits import check_payload
 from .store import Commit, InstanceRecord, NewInstance, Store
-from .workflow import Workflow
+from .waits import NewSignal
+from .workflow import SIGNAL_PATTERN, Workflow, WorkflowSpec
 
 
 def wait_for_status(
@@ -46,6 +53,39 @@ def wait_for_status(
         time.sleep(0.02)
 
 
+def _new_instance(
+    spec: WorkflowSpec,
+    payload: dict[str, Any],
+    key: str | None,
+    priority: int,
+    delay: float,
+    run_at: datetime | None,
+    instance_id: str | None = None,
+) -> NewInstance:
+    """What ``start`` and ``start_many`` write for one validated, size-checked input."""
+    return NewInstance(
+        id=instance_id or str(uuid.uuid4()),
+        type=spec.workflow_type,
+        input=payload,
+        initial=spec.initial,
+        idempotency_key=key,
+        priority=priority,
+        delay=delay,
+        run_at=None if run_at is None else run_at.timestamp(),
+    )
+
+
+def _check_schedule(priority: int, delay: float, run_at: datetime | None) -> None:
+    if priority < 0:
+        raise ValueError(f"priority must be >= 0, got {priority}")
+    if delay < 0:
+        raise ValueError(f"delay must be >= 0, got {delay}")
+    if run_at is not None and delay:
+        raise ValueError("give delay or run_at, not both")
+    if run_at is not None and run_at.tzinfo is None:
+        raise ValueError(f"run_at must be timezone-aware, got {run_at.isoformat()}")
+
+
 class Client:
     """Start and manage workflow instances.
 
@@ -67,15 +107,20 @@ class Client:
         idempotency_key: str | None = None,
         priority: int = 100,
         delay: float = 0.0,
+        run_at: datetime | None = None,
         instance_id: str | None = None,
     ) -> str:
         """Record the intent to run ``workflow`` and return the instance id at once.
 
-        The input is validated by the workflow's input model before anything is written.
+        The input is validated by the workflow's input model, and its size checked
+        (:func:`~statemachine_wf.limits.check_payload`), before anything is written.
         The same ``idempotency_key`` returns the first instance's id and starts nothing.
+        ``priority``: lower runs first. ``delay`` (seconds) or ``run_at`` (an aware
+        datetime; past means now): when it may start.
 
         Raises:
             pydantic.ValidationError: the input does not fit the model (names the field).
+            PayloadTooLarge: the input is over the payload limit (states the limit).
             UnknownWorkflowType: a type name that is not registered with this client.
             InputError: the idempotency key belongs to an instance of another type.
         """
@@ -83,20 +128,11 @@ class Client:
         spec = cls.spec()
         model = spec.input_model
         data = input if isinstance(input, model) else model.model_validate(input)
-        if priority < 0:
-            raise ValueError(f"priority must be >= 0, got {priority}")
-        if delay < 0:
-            raise ValueError(f"delay must be >= 0, got {delay}")
+        _check_schedule(priority, delay, run_at)
+        payload = data.model_dump(mode="json")
+        check_payload("input", payload)
         new_id, created = self.store.create(
-            NewInstance(
-                id=instance_id or str(uuid.uuid4()),
-                type=spec.workflow_type,
-                input=data.model_dump(mode="json"),
-                initial=spec.initial,
-                idempotency_key=idempotency_key,
-                priority=priority,
-                delay=delay,
-            )
+            _new_instance(spec, payload, idempotency_key, priority, delay, run_at, instance_id)
         )
         if not created:
             existing = self.get(new_id)
@@ -109,6 +145,59 @@ class Client:
                 )
         return new_id
 
+    def start_many(
+        self,
+        workflow: type[Workflow[Any, Any]] | str,
+        inputs: Sequence[BaseModel | Mapping[str, Any]],
+        *,
+        priority: int = 100,
+        delay: float = 0.0,
+        run_at: datetime | None = None,
+        idempotency_keys: Sequence[str | None] | None = None,
+    ) -> list[str]:
+        """Record a batch of runs of ``workflow`` at once; their ids, in input order.
+
+        Every input is validated and size-checked before anything is written, and the
+        batch is written atomically: one statement on PostgreSQL, one transaction on
+        SQLite. ``idempotency_keys`` (one per input, ``None`` for none): a key that is
+        known, or repeated within the batch, gives the existing (first) run's id and
+        starts nothing. ``priority``, ``delay`` and ``run_at`` apply to the whole batch,
+        as in :meth:`start`.
+
+        Raises:
+            InputError: an input does not fit the model or is over the payload limit
+                (both name its index), the keys do not match the inputs one for one, or
+                a key already started another workflow type; nothing is written.
+            UnknownWorkflowType: a type name that is not registered with this client.
+        """
+        cls = self._class(workflow)
+        spec = cls.spec()
+        model = spec.input_model
+        _check_schedule(priority, delay, run_at)
+        if isinstance(inputs, str | bytes | Mapping | BaseModel):
+            raise InputError("inputs must be a sequence of inputs, one per run")
+        keys: Sequence[str | None] = (
+            [None] * len(inputs) if idempotency_keys is None else idempotency_keys
+        )
+        if isinstance(keys, str) or len(keys) != len(inputs):
+            raise InputError(
+                f"idempotency_keys must be a sequence with one key (or None) per input: "
+                f"got {len(keys) if not isinstance(keys, str) else 'a string'} "
+                f"for {len(inputs)} inputs"
+            )
+        news = []
+        for i, (item, key) in enumerate(zip(inputs, keys, strict=True)):
+            try:
+                data = item if isinstance(item, model) else model.model_validate(item)
+            except ValidationError as exc:
+                raise InputError(f"inputs[{i}] does not fit {model.__name__}: {exc}") from exc
+            if key is not None and (not isinstance(key, str) or not key):
+                raise InputError(f"idempotency_keys[{i}] must be a non-empty string or None")
+            payload = data.model_dump(mode="json")
+            check_payload(f"inputs[{i}]", payload)
+            news.append(_new_instance(spec, payload, key, priority, delay, run_at))
+        return [new_id for new_id, _ in self.store.create_many(news)] if news else []
+
     def _class(self, workflow: type[Workflow[Any, Any]] | str) -> type[Workflow[Any, Any]]:
         if isinstance(workflow, str):
             cls = self.classes.get(workflow)
@@ -118,19 +207,22 @@ class Client:
         return workflow
 
     # -- reading ----------------------------------------------------------------------
-    def get(self, instance_id: str) -> InstanceRecord:
-        """The instance row. Raises :class:`NotFound`."""
+    def get(self, instance_id: str, *, include_deleted: bool = False) -> InstanceRecord:
+        """The instance row. Raises :class:`NotFound` (also for a soft-deleted one)."""
         record = self.store.get(instance_id)
         if record is None:
             raise NotFound(f"no workflow instance {instance_id!r}")
+        if record.deleted_at is not None and not include_deleted:
+            raise NotFound(f"workflow instance {instance_id!r} was deleted")
         return record
 
     def status(self, instance_id: str) -> Status:
         return self.get(instance_id).status
 
-    def history(self, instance_id: str) -> list[EventRecord]:
-        """The instance's full event log, in order."""
-        self.get(instance_id)
+    def history(self, instance_id: str, *, include_deleted: bool = False) -> list[EventRecord]:
+        """The instance's full event log, in order: its audit trail (see
+        docs/architecture.md for how lifecycle events map onto it)."""
+        self.get(instance_id, include_deleted=include_deleted)
         return self.store.events(instance_id)
 
     def wait(
@@ -141,22 +233,100 @@ class Client:
 
     # -- verifying --------------------------------------------------------------------
     def verify(self, instance_id: str) -> dict[str, tuple[Any, Any]]:
-        """Fields where the stored row differs from the fold of the log: ``{f: (row, log)}``."""
+        """Fields where the stored row differs from the fold of the log: ``{f: (row, log)}``.
+
+        A DAG instance's log folds to its projection too (status, output, error).
+        """
         record = self.get(instance_id)
-        folded = fold(self.store.events(instance_id)).comparable()
+        folded = self._fold(record).comparable()
         stored = record.projection().comparable()
         return {k: (stored[k], folded[k]) for k in stored if stored[k] != folded[k]}
 
     def rebuild(self, instance_id: str) -> Projection:
-        """Recompute the instance row from its log and store it."""
-        self.get(instance_id)
-        projection = fold(self.store.events(instance_id))
+        """Recompute the instance row (state machine or DAG) from its log and store it."""
+        projection = self._fold(self.get(instance_id))
         self.store.rebuild(instance_id, projection)
         return projection
 
+    # -- signals ----------------------------------------------------------------------
+    def signal(
+        self,
+        instance_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        token: str | None = None,
+        delay: float = 0.0,
+    ) -> int:
+        """Send the signal ``name`` with a JSON ``payload``; return the signal's id.
+
+        Delivery is durable and at least once: the signal is a row, applied by a runner
+        to the instance's wait (no runner needs to be up now). With ``token`` (the wait's
+        ``ctx.wait_token``) it applies only to that wait and is dropped as stale by any
+        other; without one it is buffered until a wait for ``name`` consumes it.
+        ``delay`` seconds postpone its delivery.
+
+        Raises:
+            NotFound: no instance with that id.
+            InvalidState: the instance has ended (completed, failed or cancelled).
+            InputError: ``name`` is not a signal the workflow declares (when its class is
+                registered with this client; otherwise a runner dead-letters it), or the
+                payload is not JSON.
+            PayloadTooLarge: the payload's JSON is over the limit (names the limit).
+        """
+        if not isinstance(name, str) or not SIGNAL_PATTERN.match(name):
+            raise InputError(f"signal name {name!r} is not a valid name")
+        if token is not None and (not isinstance(token, str) or not 0 < len(token) <= 200):
+            raise InputError("token must be a non-empty string of at most 200 characters")
+        if not (delay >= 0 and math.isfinite(delay)):
+            raise InputError(f"delay must be a finite number >= 0, got {delay}")
+        try:
+            json.dumps(payload, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"signal payload is not JSON: {exc}") from None
+        check_payload(f"signal {name!r} payload", payload)
+        record = self.get(instance_id)
+        if record.status.terminal:
+            raise InvalidState(
+                f"workflow instance {instance_id} is {record.status}; it takes no more signals"
+            )
+        cls = self.classes.get(record.type)
+        if cls is not None:
+            accepted = cls.spec().signal_names
+            if name not in accepted:
+                raise InputError(
+                    f"{record.type} has no signal {name!r}; it accepts {sorted(accepted)}"
+                )
+        return self.store.signal(NewSignal(instance_id, name, payload, token, delay))
+
+    def signal_counts(self, instance_id: str | None = None) -> dict[str, int]:
+        """Signal and timer rows per state, of one instance or of all.
+
+        ``stale`` counts signals and timers dropped for carrying an old token; ``dead``
+        those dead-lettered; ``pending`` those not yet applied (buffered ones included).
+        """
+        if instance_id is not None:
+            self.get(instance_id)
+        return self.store.signal_counts(instance_id=instance_id)
+
+    def _fold(self, record: InstanceRecord) -> Projection:
+        events = self.store.events(record.id)
+        if record.kind == "dag":
+            from .dag.interpret import project  # the DAG package imports this module
+
+            return project(events)
+        return fold(events)
+
     # -- operating --------------------------------------------------------------------
     def cancel(self, instance_id: str) -> InstanceRecord:
-        """Cancel: at once if no runner holds it, else at the running step's end."""
+        """Cancel: at once if no runner holds it, else at the running step's end.
+
+        A DAG instance is cancelled at once (see :meth:`DagClient.cancel`).
+        """
+        if self.get(instance_id).kind == "dag":
+            from .dag.client import DagClient  # the DAG package imports this module
+
+            return DagClient(self.store).cancel(instance_id)
 
         def make(record: InstanceRecord, state: Projection, leased: bool) -> Decision:
             if record.status.terminal:
@@ -189,6 +359,51 @@ class Client:
 
         return self._operate(instance_id, make)
 
+    # -- the inbox: dead letters, retention -------------------------------------------
+    def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest dead letters first: id, instance_id, envelope, reason, worker,
+        created_at, and redriven_at/redriven_by/redrive_instance_id once redriven."""
+        return self.store.dead_letters(limit=limit)
+
+    def dead_letter(self, letter_id: int) -> dict[str, Any]:
+        """One dead letter. Raises :class:`NotFound`."""
+        letter = self.store.dead_letter_get(letter_id)
+        if letter is None:
+            raise NotFound(f"no dead letter {letter_id}")
+        return letter
+
+    def redrive(self, letter_id: int, *, by: str | None = None) -> inbox.Redrive:
+        """Start the letter's envelope again, or retry/resume its instance; mark it
+        redriven (kept, not deleted). A second redrive does nothing."""
+        return inbox.redrive(self, letter_id, by=by or f"{socket.gethostname()}:{os.getpid()}")
+
+    def delete(self, instance_id: str) -> None:
+        """Soft-delete a finished instance: hidden from list and status until purged.
+
+        Raises:
+            NotFound: no such instance.
+            InvalidState: it is still active (cancel it first).
+        """
+        record = self.get(instance_id, include_deleted=True)
+        if record.deleted_at is not None:
+            return
+        if not record.status.terminal:
+            raise InvalidState(f"instance {instance_id} is {record.status}; cancel it first")
+        self.store.soft_delete(instance_id)
+
+    def purge(self, *, older_than: float, batch_size: int = 1000, soft: bool = False) -> int:
+        """Delete finished (COMPLETED, FAILED, CANCELLED) instances, with their events and
+        tasks, that finished more than ``older_than`` seconds ago; ``soft`` only marks
+        them deleted. In batches of ``batch_size``, one transaction each; active
+        instances are never touched. Returns how many."""
+        return inbox.purge(self, older_than=older_than, batch_size=batch_size, soft=soft)
+
+    def purge_dead_letters(self, *, older_than: float, batch_size: int = 1000) -> int:
+        """Delete dead letters written more than ``older_than`` seconds ago, redriven or
+        not (an unredriven letter's envelope goes with it), in batches of ``batch_size``,
+        one transaction each. Returns how many."""
+        return inbox.purge_dead_letters(self, older_than=older_than, batch_size=batch_size)
+
     def _operate(
         self,
         instance_id: str,
@@ -196,6 +411,8 @@ class Client:
     ) -> InstanceRecord:
         for _ in range(20):
             record = self.get(instance_id)
+            if record.kind == "dag":
+                raise InvalidState(f"instance {instance_id} is a DAG instance: not supported")
             task = self.store.task(instance_id)
             leased = task is not None and task.leased
             state = record.projection(in_flight=task is not None and task.in_flight)
@@ -208,3 +425,7 @@ class Client:
                 continue
             return self.get(instance_id)
         raise ConcurrencyConflict(instance_id, -1)
+
+    def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
+        """Its events as they commit, until it ends: :func:`statemachine_wf.live.watch`."""
+        return live.watch(self.store, instance_id, after_seq=after_seq)

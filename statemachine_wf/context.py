@@ -7,13 +7,17 @@ implements, so this module stays free of I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+import time
+import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from .errors import Waiting
+from .errors import Fail, Parked, Waiting, WaitTimeout
 from .progress import merge_progress
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -28,6 +32,12 @@ class StepHost(Protocol):
     def cancel_requested(self) -> bool: ...
     def acquire(self, key: str) -> str: ...
     def release(self, key: str) -> bool: ...
+    def reserve_token(self, key: str, token: str) -> None: ...
+
+
+def new_token() -> str:
+    """A fresh waiting token: 128 random bits, hex."""
+    return uuid.uuid4().hex
 
 
 class StepContext(Generic[InputT, ProgressT]):
@@ -54,6 +64,8 @@ class StepContext(Generic[InputT, ProgressT]):
         progress_model: type[ProgressT],
         host: StepHost,
         reason: str = "new",
+        waits: Mapping[str, Mapping[str, Any]] | None = None,
+        signals: Iterable[str] = (),
     ) -> None:
         self.instance_id = instance_id
         self.workflow_type = workflow_type
@@ -65,6 +77,9 @@ class StepContext(Generic[InputT, ProgressT]):
         self._saved: dict[str, Any] = dict(progress)
         self._staged: dict[str, Any] = {}
         self._host = host
+        self._waits: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (waits or {}).items()}
+        self._signals = frozenset(signals)
+        self._wait_index = 0
 
     @property
     def progress(self) -> ProgressT:
@@ -117,6 +132,93 @@ class StepContext(Generic[InputT, ProgressT]):
     def release(self, key: str) -> bool:
         """Release the lock ``key`` now (waiters are woken); False if we did not hold it."""
         return self._host.release(key)
+
+    # -- signals and timers -------------------------------------------------------------
+    # Waits are keyed by their call order within the step ("0", "1", ...): the step runs
+    # again from the top after each wait, and each call finds its recorded outcome.
+    @property
+    def wait_token(self) -> str:
+        """The token of this step's next wait, to hand to whoever will send the signal.
+
+        The token is recorded durably before it is returned (write-ahead), so a re-run of
+        the step after a crash hands out the same token. A signal that carries a token is
+        applied only to the wait with that token; any other wait drops it as stale.
+        """
+        key = str(self._wait_index)
+        entry = self._waits.get(key)
+        token = None if entry is None else entry.get("token")
+        if token:
+            return str(token)
+        token = new_token()
+        self._host.reserve_token(key, token)
+        self._waits[key] = {"token": token}
+        return token
+
+    def wait_for(self, name: str, *, timeout: float | None = None) -> Any:
+        """Wait durably for the signal ``name``; return its payload.
+
+        The step is parked (no thread sleeps, the lease is released) until the signal
+        arrives, and then runs again from the top; this call then returns the recorded
+        payload at once. So code before the wait runs again: keep it idempotent.
+
+        Raises:
+            WaitTimeout: ``timeout`` seconds passed first (raised on every re-run too).
+            Fail: the step does not declare ``name`` in ``@step(signals=[...])``.
+        """
+        if name not in self._signals:
+            raise Fail(
+                f"step {self.step!r} waits for signal {name!r} but declares only "
+                f"signals={sorted(self._signals)}",
+                code="undeclared_signal",
+            )
+        if timeout is not None and not (timeout >= 0 and math.isfinite(timeout)):
+            raise ValueError(f"timeout must be a finite number >= 0, got {timeout}")
+        key, entry = self._next_wait("signal", name)
+        outcome = entry.get("outcome")
+        if outcome == "timeout":
+            raise WaitTimeout(name, timeout)
+        if outcome is not None:
+            return entry.get("payload")
+        until = None if timeout is None else time.time() + timeout
+        raise self._park(key, entry, "signal", name, until)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep durably for ``seconds``: the step is parked and runs again afterwards."""
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            raise ValueError(f"seconds must be a finite number >= 0, got {seconds}")
+        self._sleep(time.time() + seconds)
+
+    def sleep_until(self, when: datetime) -> None:
+        """Sleep durably until ``when`` (a timezone-aware datetime)."""
+        if when.tzinfo is None:
+            raise ValueError("sleep_until needs a timezone-aware datetime (e.g. UTC)")
+        self._sleep(when.timestamp())
+
+    def _sleep(self, until: float) -> None:
+        key, entry = self._next_wait("sleep", None)
+        if entry.get("outcome") is None:
+            raise self._park(key, entry, "sleep", None, until)
+
+    def _next_wait(self, kind: str, name: str | None) -> tuple[str, dict[str, Any]]:
+        key = str(self._wait_index)
+        self._wait_index += 1
+        entry = self._waits.get(key, {})
+        if "kind" in entry and (entry["kind"], entry.get("name")) != (kind, name):
+            raise Fail(
+                f"step {self.step!r} is not deterministic: its wait #{key} was a "
+                f"{entry['kind']} {entry.get('name') or ''} and is now a {kind} {name or ''}",
+                code="nondeterministic_wait",
+            )
+        return key, entry
+
+    @staticmethod
+    def _park(
+        key: str, entry: Mapping[str, Any], kind: str, name: str | None, until: float | None
+    ) -> Parked:
+        if "kind" in entry:  # the same wait again: same token, same deadline
+            until = entry.get("until")
+        token = str(entry.get("token") or new_token())
+        return Parked(key=key, kind=kind, name=name, token=token, until=until)
 
     @property
     def cancel_requested(self) -> bool:

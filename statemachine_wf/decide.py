@@ -8,7 +8,7 @@ version-checked commit.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -53,7 +53,47 @@ class KeepTask:
     """No change to the task (a progress save, a cancel request)."""
 
 
-TaskOp = Continue | Reschedule | Finish | KeepTask
+@dataclass(frozen=True, slots=True)
+class Park:
+    """Release the lease; the step waits (``ctx.wait_for``, ``ctx.sleep``).
+
+    The task is due at ``until`` (epoch seconds; None: no deadline) or, if earlier, at the
+    due time of a pending signal that may concern the wait: one with a token, or an
+    untokened one named ``name``, other than those this decision settles.
+    """
+
+    node: str
+    until: float | None
+    name: str | None
+    failures: int = 0
+
+
+TaskOp = Continue | Reschedule | Finish | KeepTask | Park
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """A timer row to insert: a signal of kind 'timer' due at ``due`` with ``token``."""
+
+    token: str
+    due: float
+
+
+@dataclass(frozen=True, slots=True)
+class SignalWrites:
+    """What a decision does to ``wf_signals`` (in the same commit)."""
+
+    settled: tuple[tuple[int, str], ...] = ()
+    """``(signal id, new state)``: applied, stale or dead."""
+    dead: tuple[tuple[dict[str, Any], str], ...] = ()
+    """``(envelope, reason)`` rows for ``wf_dead_letters``."""
+    timer: Timer | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.settled or self.dead or self.timer)
+
+
+NO_SIGNALS = SignalWrites()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +101,18 @@ class Decision:
     events: tuple[NewEvent, ...]
     state: Projection
     task: TaskOp
+    signals: SignalWrites = field(default=NO_SIGNALS)
+    dead_letter: str | None = None
+    """A reason: the store also writes a dead letter (the instance's start envelope), in
+    the same commit. Poison, not a business outcome: retries exhausted, invalid input."""
 
 
-def _decide(state: Projection, events: list[NewEvent], task: TaskOp) -> Decision:
-    return Decision(tuple(events), apply_all(state, events), task)
+def _decide(
+    state: Projection, events: list[NewEvent], task: TaskOp, dead_letter: str | None = None
+) -> Decision:
+    if dead_letter is not None:
+        events = [*events, NewEvent(Ev.DEAD_LETTERED, payload={"reason": dead_letter})]
+    return Decision(tuple(events), apply_all(state, events), task, dead_letter=dead_letter)
 
 
 def start(state: Projection, step: str, *, failures: int = 0) -> Decision:
@@ -102,6 +150,10 @@ def _moved_on(
         [*events, NewEvent(Ev.STEP_STARTED, target, attempt)],
         Continue(target, attempt, failures),
     )
+
+
+moved_on = _moved_on
+"""Public name of :func:`_moved_on` for the other decision modules (waits)."""
 
 
 def success(
@@ -189,12 +241,14 @@ def failure(
     policy = spec.step(step).retry
     info = error_info(step, exc, cls)
     outcome: str
+    dead_letter = None
     if cls is Retry:
         failures += 1
         if policy.exhausted(failures):
             outcome = policy.on_exhausted
             info["message"] = f"retries exhausted after {failures} failures: {info['message']}"
             info["recoverable"] = outcome == "stall"
+            dead_letter = f"step {step!r}: {info['message']}"
         else:
             outcome = "retry"
     elif cls is Stall:
@@ -216,7 +270,24 @@ def failure(
         "retry_in": round(delay, 3),
         "failures": failures,
     }
-    return _decide(state, [NewEvent(event, step, attempt, payload, info)], task)
+    return _decide(state, [NewEvent(event, step, attempt, payload, info)], task, dead_letter)
+
+
+def invalid_input(
+    spec: WorkflowSpec, state: Projection, step: str | None, reason: str, failures: int
+) -> Decision:
+    """The stored input no longer validates: FAILED and dead-lettered, in one commit.
+
+    A run started from SQL has no step yet (``step`` None): the initial step's first
+    attempt is started and failed, so the log says where it stopped.
+    """
+    fail = Fail(reason, code="invalid_input")
+    if step is None:
+        begun = start(state, spec.initial)
+        failed = failure(spec, begun.state, spec.initial, 1, Fail, fail, 0)
+        return _decide(state, [*begun.events, *failed.events[:1]], failed.task, reason)
+    decision = failure(spec, state, step, state.attempts.get(step, 0), Fail, fail, failures)
+    return _decide(state, list(decision.events), decision.task, reason)
 
 
 def reconciled(
@@ -287,14 +358,18 @@ def stop_for_cancel(state: Projection) -> Decision:
 
 
 def resume(state: Projection) -> Decision:
-    """Resume a STALLED instance by hand: its step is due now."""
-    assert state.step is not None
-    return _decide(state, [NewEvent(Ev.RESUMED)], Reschedule(state.step, 0.0, 0))
+    """Resume a STALLED instance by hand: its step is due now.
+
+    A run started from SQL that never started a step has none: its task goes back to
+    the sentinel step ``''``, which the claiming runner resolves.
+    """
+    return _decide(state, [NewEvent(Ev.RESUMED)], Reschedule(state.step or "", 0.0, 0))
 
 
 def retry(state: Projection) -> Decision:
-    """Retry a FAILED instance by hand, at the step that failed."""
-    assert state.step is not None
+    """Retry a FAILED instance by hand, at the step that failed (see :func:`resume`)."""
     return _decide(
-        state, [NewEvent(Ev.RETRIED, payload={"step": state.step})], Reschedule(state.step, 0.0, 0)
+        state,
+        [NewEvent(Ev.RETRIED, payload={"step": state.step})],
+        Reschedule(state.step or "", 0.0, 0),
     )

@@ -19,8 +19,10 @@ The tree::
         ├── Retry                  retry with backoff (the retry policy decides when to give up)
         ├── Stall                  wait for an external condition, auto-retry later
         ├── Fail                   terminal: FAILED, manual intervention needed
+        │   └── WaitTimeout        ctx.wait_for's timeout passed before the signal came
         └── Waiting                not a failure: parked until a lock frees (ctx.hold)
-            └── Snooze             not a failure: run this step again in N seconds
+            ├── Snooze             not a failure: run this step again in N seconds
+            └── Parked             not a failure: ctx.wait_for / ctx.sleep parked the step
 
 Adapters root their own errors here too (``adapters.ethereum.errors.ChainError`` is a
 ``WorkflowError``), so ``except WorkflowError`` catches everything the SDK raises.
@@ -199,3 +201,43 @@ class Snooze(Waiting):
         self.key = None
         self.holder = None
         self.recheck = seconds
+
+
+class Parked(Waiting):
+    """The step waits for a signal or a timer (``ctx.wait_for``, ``ctx.sleep``).
+
+    Raised by the context and handled by the runner, which parks the step durably (no
+    thread sleeps, the lease is released) and runs it again from the top once the wait is
+    over; do not catch it in an action.
+    """
+
+    code = "parked"
+
+    def __init__(
+        self, *, key: str, kind: str, name: str | None, token: str, until: float | None
+    ) -> None:
+        what = f"signal {name!r}" if kind == "signal" else "a timer"
+        StepFailure.__init__(self, f"waiting for {what}")
+        self.key = None
+        self.holder = None
+        self.recheck = 0.0
+        self.wait_key = key
+        self.kind = kind
+        self.name = name
+        self.token = token
+        self.until = until
+
+
+class WaitTimeout(Fail):
+    """The wait's timeout passed before the signal arrived.
+
+    Raised by ``ctx.wait_for`` (again on every re-run of the step, so catching it is
+    deterministic). Uncaught, it fails the instance (code ``wait_timeout``).
+    """
+
+    code = "wait_timeout"
+
+    def __init__(self, name: str, timeout: float | None) -> None:
+        super().__init__(f"no signal {name!r} within {timeout} s")
+        self.name = name
+        self.timeout = timeout

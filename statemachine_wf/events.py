@@ -47,12 +47,25 @@ class Ev(StrEnum):
     RESUMED = "WORKFLOW_RESUMED"
     RETRIED = "WORKFLOW_RETRIED"
     QUARANTINED = "QUARANTINED"
+    # Signals and timers (waits.py): a wait is a STEP_WAITING whose payload has a token.
+    WAIT_TOKEN = "WAIT_TOKEN"
+    SIGNAL_RECEIVED = "SIGNAL_RECEIVED"
+    TIMER_FIRED = "TIMER_FIRED"
+    STALE_SIGNAL_DROPPED = "STALE_SIGNAL_DROPPED"
+    SIGNAL_REJECTED = "SIGNAL_REJECTED"
+    # Audit only (the fold ignores them): a long claim's throttled heartbeat, a dead
+    # letter written for this instance, a soft delete.
+    HEARTBEAT = "HEARTBEAT"
+    DEAD_LETTERED = "DEAD_LETTERED"
+    DELETED = "WORKFLOW_DELETED"
     # DAG instances (kind='dag'): ``node`` is the node id; ``attempt`` is the node's run
     # (its dispatch number) for DISPATCHED/COMPLETED/FAILED, and its try for STARTED.
     NODE_DISPATCHED = "NODE_DISPATCHED"
     NODE_STARTED = "NODE_STARTED"
     NODE_COMPLETED = "NODE_COMPLETED"
     NODE_RETRYING = "NODE_RETRYING"
+    NODE_WAITING = "NODE_WAITING"
+    """A sub-workflow node parked its task until its child instance ends."""
     NODE_FAILED = "NODE_FAILED"
     FAILED = "WORKFLOW_FAILED"
 

@@ -28,6 +28,11 @@ class Projection:
     cancel_requested: bool = False
     attempts: dict[str, int] = field(default_factory=dict)
     """The last attempt number used for each step; numbers never repeat within a run."""
+    waits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The waits of the current step visit, by key (see :mod:`statemachine_wf.waits`):
+    a reserved token, the wait in progress, or its outcome. Cleared when the step ends."""
+    waiting: str | None = None
+    """The key of the wait the instance is parked on, if any."""
 
     def next_attempt(self, step: str) -> int:
         return self.attempts.get(step, 0) + 1
@@ -42,7 +47,14 @@ class Projection:
             "error": self.error,
             "cancel_requested": self.cancel_requested,
             "attempts": self.attempts,
+            "waits": self.waits,
+            "waiting": self.waiting,
         }
+
+    @property
+    def wait(self) -> dict[str, Any] | None:
+        """The wait the instance is parked on (its entry in ``waits``), if any."""
+        return None if self.waiting is None else self.waits.get(self.waiting)
 
 
 def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
@@ -66,7 +78,9 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
         progress = {**state.progress, **payload.get("progress", {})}
         target = payload.get("to")
         if target == COMPLETED:
-            return replace(state, in_flight=False, progress=progress, error=None)
+            return replace(
+                state, in_flight=False, progress=progress, error=None, waits={}, waiting=None
+            )
         return replace(
             state,
             step=target,
@@ -74,13 +88,35 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
             in_flight=False,
             progress=progress,
             error=None,
+            waits={},
+            waiting=None,
         )
     if et in (Ev.STEP_FAILED, Ev.RECONCILE_FAILED):
         outcome = payload.get("outcome")
         status = {"stall": Status.STALLED, "fail": Status.FAILED}.get(str(outcome), state.status)
         return replace(state, status=status, in_flight=False, error=event.error)
     if et == Ev.STEP_WAITING:
-        return replace(state, in_flight=False)
+        key = payload.get("wait")
+        if key is None:  # a lock or a snooze: not a wait on a signal or timer
+            return replace(state, in_flight=False)
+        entry: dict[str, Any] = {
+            k: payload[k] for k in ("kind", "name", "token", "until") if k in payload
+        }
+        return replace(
+            state, in_flight=False, waits={**state.waits, str(key): entry}, waiting=str(key)
+        )
+    if et == Ev.WAIT_TOKEN:
+        key = str(payload.get("wait"))
+        if key in state.waits:
+            return state
+        return replace(state, waits={**state.waits, key: {"token": payload.get("token")}})
+    if et in (Ev.SIGNAL_RECEIVED, Ev.TIMER_FIRED):
+        key = str(payload.get("wait"))
+        entry = dict(state.waits.get(key, {}))
+        entry["outcome"] = payload.get("outcome")
+        if et == Ev.SIGNAL_RECEIVED:
+            entry["payload"] = payload.get("payload")
+        return replace(state, waits={**state.waits, key: entry}, waiting=None)
     if et == Ev.RECONCILED:
         progress = {**state.progress, **payload.get("progress", {})}
         decision = payload.get("decision")
@@ -93,9 +129,13 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
                 in_flight=False,
                 progress=progress,
                 error=None,
+                waits={},
+                waiting=None,
             )
         if decision == "complete":
-            return replace(state, in_flight=False, progress=progress, error=None)
+            return replace(
+                state, in_flight=False, progress=progress, error=None, waits={}, waiting=None
+            )
         if decision == "rerun":
             return replace(state, in_flight=False, progress=progress)
         return replace(state, progress=progress)
@@ -104,7 +144,7 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
     if et == Ev.CANCEL_REQUESTED:
         return replace(state, cancel_requested=True)
     if et == Ev.CANCELLED:
-        return replace(state, status=Status.CANCELLED, in_flight=False)
+        return replace(state, status=Status.CANCELLED, in_flight=False, waiting=None)
     if et == Ev.QUARANTINED:
         return replace(state, status=Status.STALLED, in_flight=False, error=event.error)
     if et == Ev.RESUMED:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import queue
@@ -34,13 +35,24 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from . import decide
+from . import decide, waits
 from .context import ReconcileContext, Reconciliation, StepContext
 from .decide import Continue, Decision
-from .errors import ConcurrencyConflict, Fail, LeaseLost, Retry, StepFailure, Waiting
+from .errors import (
+    ConcurrencyConflict,
+    Fail,
+    LeaseLost,
+    Parked,
+    Retry,
+    StepFailure,
+    StoreError,
+    Waiting,
+)
 from .events import Ev, Status
 from .fold import Projection
+from .limits import max_payload_bytes
 from .store import Claim, Commit, InstanceRecord, Store, matches_prefix
+from .waits import SignalRecord
 from .workflow import ErrorClass, StepSpec, Workflow, WorkflowSpec
 
 if TYPE_CHECKING:
@@ -59,9 +71,12 @@ class RunnerOptions:
             up again this long after it died.
         prefixes: type prefixes this runner takes (``billing.``); empty takes every
             hosted type.
-        idle_poll: longest sleep with nothing due, a safety net for lost wake-ups.
+        idle_poll: longest sleep with nothing due, a safety net for lost wake-ups (one
+            worker sleeps until the next due time instead; see ``Runner._idle_wait``).
         worker_id: a stable id lets a restarted runner take its own leases back at once.
         reconcile_on_start: run the start-up pass over RUNNING and STALLED instances.
+        heartbeat_log_every: a claim held across heartbeats gets a HEARTBEAT event in the
+            audit trail at most this often (seconds); ``None`` logs none.
         dag_types: the task types of DAG instances this runner takes, when it hosts DAGs
             (``Runner(..., dags=registry)``).
     """
@@ -72,7 +87,24 @@ class RunnerOptions:
     idle_poll: float = 5.0
     worker_id: str | None = None
     reconcile_on_start: bool = True
+    heartbeat_log_every: float | None = 60.0
     dag_types: tuple[str, ...] = ("swf.dag",)
+
+
+class _StepTimedOut(Exception):
+    """The runner's deadline for a step (``@step(timeout=...)``) passed."""
+
+
+async def _within(coro: Any, timeout: float) -> Any:
+    """Await ``coro`` for at most ``timeout`` s; only the deadline raises _StepTimedOut."""
+    task = asyncio.ensure_future(coro)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task  # let it unwind, as asyncio.wait_for does
+        raise _StepTimedOut
+    return task.result()
 
 
 class _Host:
@@ -92,7 +124,7 @@ class _Host:
         self._runner._commit(d, lambda state: decide.saved(state, step, attempt, delta))
 
     def heartbeat(self) -> None:
-        self._runner.store.heartbeat(worker=self._runner.worker_id, lease=self._runner.opts.lease)
+        self._runner._extend_leases()
 
     def cancel_requested(self) -> bool:
         record = self._runner.store.get(self._drive.instance.id)
@@ -105,6 +137,14 @@ class _Host:
 
     def release(self, key: str) -> bool:
         return self._runner.store.release_locks(self._drive.instance.id, key=key) > 0
+
+    def reserve_token(self, key: str, token: str) -> None:
+        if not self.valid:
+            raise LeaseLost("this step has timed out or lost its lease; token not recorded")
+        d = self._drive
+        assert d.state.step is not None
+        step, attempt = d.state.step, d.attempt
+        self._runner._commit(d, lambda state: waits.reserve(state, step, attempt, key, token))
 
 
 @dataclass
@@ -167,6 +207,8 @@ class Runner:
         self._local = threading.local()
         self._busy = 0
         self._busy_lock = threading.Lock()
+        self._timer_lock = threading.Lock()
+        self._timer: tuple[int | None, float] = (None, 0.0)
         self._timeouts = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, self.opts.concurrency), thread_name_prefix="swf-timed"
         )
@@ -182,6 +224,7 @@ class Runner:
                 worker=self.worker_id,
                 loop=self._loop,
                 threads=self.opts.concurrency,
+                workflows=self.classes,
             )
         self._due_types = self.types + tuple(t for t in self.dag_types if t not in self.types)
 
@@ -189,6 +232,8 @@ class Runner:
     def start(self) -> None:
         """Start the start-up pass, the workers and the heartbeat in background threads."""
         self.store.migrate()
+        if self.types:  # what SQL producers may start (docs/architecture.md, "The inbox")
+            self.store.register_types(self.types, by=self.worker_id)
         if self.opts.worker_id is not None:
             # Restarted under a stable id: whatever we held before we died is due now.
             self.store.release(worker=self.worker_id)
@@ -284,9 +329,14 @@ class Runner:
         interval = max(0.05, self.opts.lease / 3)
         while not self._stopping.wait(interval):
             try:
-                self.store.heartbeat(worker=self.worker_id, lease=self.opts.lease)
+                self._extend_leases()
             except Exception:
                 log.exception("heartbeat failed (will retry)")
+
+    def _extend_leases(self) -> int:
+        return self.store.heartbeat(
+            worker=self.worker_id, lease=self.opts.lease, log_every=self.opts.heartbeat_log_every
+        )
 
     def _work(self) -> None:
         while not self._stopping.is_set():
@@ -302,29 +352,71 @@ class Runner:
                     if claim is not None:
                         self._run_claim(claim, startup=True)
                     continue
-                claims = self.store.claim(
-                    worker=self.worker_id, types=self.types, lease=self.opts.lease
+                claims = (
+                    self.store.claim(worker=self.worker_id, types=self.types, lease=self.opts.lease)
+                    if self.types  # a DAG-only runner: no empty-list claim per idle loop
+                    else []
                 )
                 if not claims and self.dag_types:
                     claims = self.store.dag_claim(
                         worker=self.worker_id, types=self.dag_types, lease=self.opts.lease
                     )
                 if not claims:
-                    due = self.store.next_due(types=self._due_types)
-                    wait = self.opts.idle_poll if due is None else min(due, self.opts.idle_poll)
+                    wait = self._idle_wait(self.store.next_due(types=self._due_types))
                     if wait > 0:
                         self.store.wait_for_work(wait)
+                        self._release_timer()
                     continue
                 # There may be more where that came from: pass the baton to one more worker.
-                self.store.nudge()
+                # A resume of a waiting instance (a timer, a signal) passes it after its
+                # deliver commit instead: the woken worker's claim and next_due would
+                # otherwise compete with that commit (docs/architecture.md, "Waking up").
+                if all(not c.started and c.instance.waiting is not None for c in claims):
+                    self._local.nudge = True
+                else:
+                    self.store.nudge()
                 for claim in claims:
                     self._run_claim(claim, startup=False)
+                self._deferred_nudge()  # if no commit passed it on
             except Exception:
                 log.exception("worker loop error (continuing)")
                 self._stopping.wait(0.5)
         loop = getattr(self._local, "loop", None)
         if loop is not None:
             loop.close()
+
+    def _deferred_nudge(self) -> None:
+        """Pass on the baton this worker's claim held back, if it still holds it."""
+        if getattr(self._local, "nudge", False):
+            self._local.nudge = False
+            self.store.nudge()
+
+    def _idle_wait(self, due: float | None) -> float:
+        """How long an idle worker sleeps before it looks for due work again.
+
+        One worker of this runner (the timer holder) sleeps until the next due time (a
+        timer, a back-off); the others sleep until a wake-up or the safety poll
+        (``idle_poll``). So a timer wakes one thread, not the whole pool; the holder that
+        claims work passes the baton (``nudge``) and the next idle worker takes the timer.
+        """
+        poll = self.opts.idle_poll
+        if due is None or due >= poll:
+            return poll
+        if due <= 0:
+            return 0.0
+        me = threading.get_ident()
+        at = time.monotonic() + due
+        with self._timer_lock:
+            holder, holder_at = self._timer
+            if holder is None or holder == me or at < holder_at:
+                self._timer = (me, at)
+                return due
+        return poll
+
+    def _release_timer(self) -> None:
+        with self._timer_lock:
+            if self._timer[0] == threading.get_ident():
+                self._timer = (None, 0.0)
 
     def _run_claim(self, claim: Claim, *, startup: bool) -> None:
         with self._busy_lock:
@@ -336,6 +428,12 @@ class Runner:
                 self._drive(claim, startup=startup)
         except LeaseLost as exc:
             log.warning("instance %s: %s", claim.instance.id, exc)
+        except StoreError as exc:
+            # The database, not the instance, is the problem: never quarantine for it.
+            log.warning(
+                "instance %s: store unavailable (%s); handing it back", claim.instance.id, exc
+            )
+            self._hand_back(claim.instance.id)
         except Exception as exc:
             log.exception("instance %s: runner error; quarantining", claim.instance.id)
             self.store.quarantine(
@@ -344,6 +442,24 @@ class Runner:
         finally:
             with self._busy_lock:
                 self._busy -= 1
+
+    def _hand_back(self, instance_id: str) -> None:
+        """Release a claim abandoned for a store error, once the store answers again.
+
+        Our heartbeats extend every lease this runner holds, so an abandoned claim would
+        otherwise never lapse. Until the release succeeds this thread does nothing else
+        (there is nothing else it could do while the database is away); on shutdown the
+        lease simply runs out.
+        """
+        delay = 0.1
+        while not self._stopping.is_set():
+            try:
+                self.store.release(worker=self.worker_id, instance_ids=[instance_id])
+                return
+            except StoreError as exc:
+                log.warning("instance %s: release failed (%s); retrying", instance_id, exc)
+            self._stopping.wait(delay)
+            delay = min(delay * 2, 2.0)
 
     # -- driving one instance ---------------------------------------------------------
     def _drive(self, claim: Claim, *, startup: bool) -> None:
@@ -365,19 +481,23 @@ class Runner:
         try:
             input_model = spec.input_model.model_validate(inst.input)
         except ValidationError as exc:
-            reason = f"stored input does not validate: {exc.errors()[0]['msg']}"
-            self.store.dead_letter(
-                instance_id=inst.id,
-                envelope={"type": inst.type, "input": inst.input},
-                reason=reason,
-                worker=self.worker_id,
-            )
-            assert d.state.step is not None
+            # Poison: FAILED and dead-lettered (with the start envelope) in one commit.
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "input"
+            reason = f"stored input does not validate: {where}: {first['msg']}"
             step = d.state.step
-            fail = Fail(reason, code="invalid_input")
-            self._commit(d, lambda s: decide.failure(spec, s, step, d.attempt, Fail, fail, 0))
+            self._commit(d, lambda s: decide.invalid_input(spec, s, step, reason, 0))
             return
 
+        if d.state.step is not None and d.state.step not in spec.steps:
+            # Poison: the log names a step this definition does not have (a workflow
+            # changed without bumping its version). Set aside, never guessed at.
+            self.store.quarantine(
+                inst.id,
+                reason=f"missing definition: {inst.type} has no step {d.state.step!r}",
+                worker=self.worker_id,
+            )
+            return
         if not claim.started and not self._begin(d, claim, input_model, startup=startup):
             return
         while self._run_step(d, input_model):
@@ -393,7 +513,14 @@ class Runner:
         if state.cancel_requested:
             self._commit(d, decide.stop_for_cancel)
             return False
-        assert state.step is not None
+        if state.step is None:
+            # Started from SQL (the sentinel step): only the runner knows the initial step.
+            initial = spec.initial
+            self._commit(d, lambda s: decide.start(s, initial, failures=d.failures))
+            return self._holding(d)
+        if state.waiting is not None:  # woken by a signal or its timer (or spuriously)
+            self._deliver(d, claim.signals)
+            return self._holding(d)
         in_doubt = claim.task.in_flight
         if spec.has_reconcile and (in_doubt or startup):
             reason = "in_doubt" if in_doubt else "startup"
@@ -402,6 +529,42 @@ class Runner:
             step = state.step
             self._commit(d, lambda s: decide.start(s, step, failures=d.failures))
         return self._holding(d)
+
+    def _deliver(self, d: _Drive, read: Sequence[SignalRecord] | None) -> None:
+        """Apply the due pending signals and timers of a waiting instance (waits.deliver).
+
+        ``read``: the rows the claim read with it, if it did (one round trip fewer).
+        """
+        signals = self.store.pending_signals(d.instance.id) if read is None else list(read)
+        hold = not self._stopping.is_set()
+        limit = max_payload_bytes()
+
+        def make(state: Projection) -> Decision:
+            if state.cancel_requested:
+                return decide.stop_for_cancel(state)
+            if state.waiting is None:  # nothing to resume; hand the task back
+                return Decision((), state, decide.Reschedule(str(state.step), 0.0, d.failures))
+            return waits.deliver(d.spec, state, signals, max_payload=limit, hold=hold)
+
+        decision = self._commit(d, make)
+        for e in decision.events:
+            if e.event_type == Ev.STALE_SIGNAL_DROPPED:
+                log.warning(
+                    "instance %s: stale %s %s %r dropped (%s)",
+                    d.instance.id,
+                    e.payload.get("kind"),
+                    e.payload.get("signal"),
+                    e.payload.get("name"),
+                    e.payload.get("reason"),
+                )
+            elif e.event_type == Ev.SIGNAL_REJECTED:
+                log.warning(
+                    "instance %s: signal %s %r dead-lettered: %s",
+                    d.instance.id,
+                    e.payload.get("signal"),
+                    e.payload.get("name"),
+                    e.payload.get("reason"),
+                )
 
     def _reconcile(self, d: _Drive, input_model: BaseModel, *, reason: str, in_doubt: bool) -> None:
         assert d.state.step is not None
@@ -468,6 +631,8 @@ class Runner:
             progress_model=d.spec.progress_model,
             host=host,
             reason="new" if attempt == 1 else "retry",
+            waits=d.state.waits,
+            signals=sspec.signals,
         )
         obj = d.cls(**self.dependencies)
         action = getattr(obj, sspec.method)
@@ -475,7 +640,18 @@ class Runner:
             result = self._call(action, ctx, sspec)
         except LeaseLost:
             raise
-        except concurrent.futures.TimeoutError:
+        except Parked as exc:
+            # A durable wait: the step is parked with its token and timer in one commit.
+            parked = exc
+
+            def park(state: Projection) -> Decision:
+                if state.cancel_requested:
+                    return decide.stop_for_cancel(state)
+                return waits.park(state, step, attempt, parked, d.failures)
+
+            self._commit(d, park)
+            return False
+        except _StepTimedOut:
             # The action may still be running in its thread; it can no longer save.
             host.valid = False
             timeout = Retry(f"step {step!r} timed out after {sspec.timeout} s", code="timeout")
@@ -531,17 +707,20 @@ class Runner:
         return d.state.status == Status.RUNNING and d.state.in_flight
 
     def _call(self, action: Callable[..., Any], ctx: StepContext[Any, Any], sspec: StepSpec) -> Any:
+        # Only the step's own deadline raises _StepTimedOut: a TimeoutError the action
+        # raises (a socket timeout) is the action's error, classified like any other
+        # (concurrent.futures.TimeoutError *is* TimeoutError since Python 3.11).
         if sspec.is_async:
             coro = action(ctx)
             if sspec.timeout is not None:
-                try:
-                    return self._loop().run_until_complete(asyncio.wait_for(coro, sspec.timeout))
-                except TimeoutError as exc:
-                    raise concurrent.futures.TimeoutError() from exc
+                return self._loop().run_until_complete(_within(coro, sspec.timeout))
             return self._loop().run_until_complete(coro)
         if sspec.timeout is not None:
             future = self._timeouts.submit(action, ctx)
-            return future.result(timeout=sspec.timeout)
+            done, _ = concurrent.futures.wait([future], timeout=sspec.timeout)
+            if not done:
+                raise _StepTimedOut
+            return future.result()
         return action(ctx)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -583,5 +762,6 @@ class Runner:
             d.state = decision.state
             if isinstance(decision.task, decide.Reschedule | Continue):
                 d.failures = decision.task.failures
+            self._deferred_nudge()
             return decision
         raise LeaseLost(f"instance {d.instance.id} keeps changing under this runner")

@@ -9,15 +9,17 @@ they produce and changes the task, all in one commit gated by the instance's ver
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .decide import Decision
 from .events import EventRecord, NewEvent, Status
 from .fold import Projection
+from .waits import NewSignal, SignalRecord
 
 if TYPE_CHECKING:
     from .dag.interpret import DagDecision
+    from .stores._live import LiveHub
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,14 @@ class InstanceRecord:
     parent_id: str | None
     created_at: float
     updated_at: float
+    waits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The waits of the current step visit (see :mod:`statemachine_wf.waits`)."""
+    waiting: str | None = None
+    """The key of the wait the instance is parked on, if any."""
+    parent_node: str | None = None
+    """The parent DAG's node whose task waits for this instance (a sub-workflow)."""
+    deleted_at: float | None = None
+    """Set by a soft delete: hidden from list/status until purged."""
 
     def projection(self, *, in_flight: bool = False) -> Projection:
         return Projection(
@@ -52,7 +62,14 @@ class InstanceRecord:
             error=self.error,
             cancel_requested=self.cancel_requested,
             attempts=dict(self.attempts),
+            waits={k: dict(v) for k, v in self.waits.items()},
+            waiting=self.waiting,
         )
+
+    @property
+    def wait(self) -> dict[str, Any] | None:
+        """The wait the instance is parked on: kind, name, token, until; or None."""
+        return None if self.waiting is None else self.waits.get(self.waiting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +101,16 @@ class Claim:
     ``started`` is true when the claim itself appended the next attempt's STEP_STARTED
     (the common case: claim and intent in one commit). Otherwise the runner must look at
     the instance and decide: a step in flight is in doubt, a cancel request stops it.
+
+    ``signals``: for a waiting instance, its due pending signal and timer rows, read by
+    the claim itself (what :meth:`Store.pending_signals` returns); ``None`` when the claim
+    did not read them (the runner reads them itself).
     """
 
     task: TaskRecord
     instance: InstanceRecord
     started: bool
+    signals: tuple[SignalRecord, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +126,14 @@ class NewInstance:
     priority: int = 100
     delay: float = 0.0
     parent_id: str | None = None
+    parent_node: str | None = None
+    """Set for a DAG's sub-workflow: finishing wakes that node's task of ``parent_id``."""
+    run_at: float | None = None
+    """Unix time it may start at; wins over ``delay`` when set."""
+
+
+RESOLVE_ON_CLAIM = ""
+"""The initial step of a run started from SQL: the claiming runner resolves it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +174,7 @@ class DagSnapshot:
 
     instance: InstanceRecord
     events: list[EventRecord]
+    """The events after the ``after_seq`` asked for (all of them by default)."""
     open_slots: tuple[str, ...]
     """The nodes that have a task right now (dispatched and not yet settled)."""
 
@@ -171,11 +202,23 @@ class Store(Protocol):
         """Insert an instance; with a known idempotency key return ``(existing_id, False)``."""
         ...
 
+    def create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
+        """Insert a batch atomically (PostgreSQL: one statement; SQLite: one transaction);
+        ``(id, created)`` per item, in order. A known idempotency key, or one repeated in
+        the batch, yields the existing (first) id and inserts nothing.
+
+        Raises:
+            InputError: a key already started another workflow type; nothing is written.
+        """
+        ...
+
     def get(self, instance_id: str) -> InstanceRecord | None: ...
 
     def task(self, instance_id: str, slot: str = "") -> TaskRecord | None: ...
 
-    def events(self, instance_id: str) -> list[EventRecord]: ...
+    def events(self, instance_id: str, *, after_seq: int = 0) -> list[EventRecord]:
+        """The instance's events with seq > ``after_seq``, in seq order."""
+        ...
 
     def list_instances(
         self,
@@ -183,6 +226,7 @@ class Store(Protocol):
         status: Sequence[Status] | None = None,
         type_prefix: str | None = None,
         limit: int = 100,
+        include_deleted: bool = False,
     ) -> list[InstanceRecord]: ...
 
     def claim(
@@ -206,8 +250,12 @@ class Store(Protocol):
         """
         ...
 
-    def heartbeat(self, *, worker: str, lease: float) -> int:
-        """Extend every lease ``worker`` holds; return how many."""
+    def heartbeat(self, *, worker: str, lease: float, log_every: float | None = None) -> int:
+        """Extend every lease ``worker`` holds; return how many.
+
+        With ``log_every``, a claim seen held at an earlier heartbeat gets a HEARTBEAT
+        event in the same statement, at most once per ``log_every`` seconds.
+        """
         ...
 
     def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
@@ -261,11 +309,51 @@ class Store(Protocol):
         """Return every ``wait_for_work`` of this process now (shutdown)."""
         ...
 
+    def wake_parent(self, child_id: str) -> None:
+        """Make the parent's node task that waits for ``child_id`` due now, if unleased.
+
+        A finishing child does this itself in its finishing commit; a parent node that
+        parked itself calls it after re-reading a child that had already finished.
+        """
+        ...
+
+    def children(self, parent_id: str) -> list[InstanceRecord]:
+        """The instances started with ``parent_id`` (a DAG's sub-workflows)."""
+        ...
+
     def dead_letter(
         self, *, instance_id: str | None, envelope: dict[str, Any], reason: str, worker: str
     ) -> None: ...
 
     def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]: ...
+
+    # -- the inbox: type registry, dead-letter redrive, retention -------------------
+    def register_types(self, types: Sequence[str], *, by: str) -> None:
+        """Declare types a runner hosts: what a SQL producer may start."""
+        ...
+
+    def registered_types(self) -> list[str]: ...
+
+    def dead_letter_get(self, letter_id: int) -> dict[str, Any] | None: ...
+
+    def mark_redriven(self, letter_id: int, *, instance_id: str | None, by: str) -> bool:
+        """Mark a dead letter redriven (once); False when it already was."""
+        ...
+
+    def soft_delete(self, instance_id: str) -> bool:
+        """Mark a terminal instance deleted; False when it is not terminal or not there."""
+        ...
+
+    def purge_batch(self, *, older_than: float, batch_size: int, soft: bool = False) -> int:
+        """Delete (or, ``soft``, mark deleted) up to ``batch_size`` terminal instances
+        that finished more than ``older_than`` seconds ago, in one transaction; return
+        how many. Active instances are never touched."""
+        ...
+
+    def purge_dead_letters_batch(self, *, older_than: float, batch_size: int) -> int:
+        """Delete up to ``batch_size`` dead letters written more than ``older_than``
+        seconds ago, redriven or not, in one transaction; return how many."""
+        ...
 
     def quarantine(self, instance_id: str, *, reason: str, worker: str) -> None:
         """Set aside an instance whose row cannot be used: STALLED, dead-lettered, task parked."""
@@ -276,6 +364,29 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # -- signals and timers (wf_signals) -----------------------------------------------
+    def signal(self, new: NewSignal) -> int:
+        """Insert a signal row; return its id. The insert wakes the instance if it waits.
+
+        Raises:
+            NotFound: no such instance.
+            InvalidState: the instance has ended.
+        """
+        ...
+
+    def pending_signals(self, instance_id: str) -> list[SignalRecord]:
+        """The instance's pending rows that are due, oldest first."""
+        ...
+
+    def signals(self, *, instance_id: str | None = None, limit: int = 100) -> list[SignalRecord]:
+        """Signal and timer rows, newest first (of one instance, or of all)."""
+        ...
+
+    def signal_counts(self, *, instance_id: str | None = None) -> dict[str, int]:
+        """Rows per state (``pending``, ``applied``, ``stale``, ``dead``, ``void``), of one
+        instance or of all: ``stale`` is the stale-signal counter."""
+        ...
 
     # -- DAG instances (kind='dag'): one task per dispatched node, slot = node id ------
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
@@ -292,7 +403,10 @@ class Store(Protocol):
         """Append a once-per-run node event; False for a duplicate or an ended instance."""
         ...
 
-    def dag_snapshot(self, instance_id: str) -> DagSnapshot | None: ...
+    def dag_snapshot(self, instance_id: str, *, after_seq: int = 0) -> DagSnapshot | None:
+        """The instance (version first), its events with seq > ``after_seq`` and the
+        nodes that have a task; None if there is no such instance."""
+        ...
 
     def dag_apply(self, commit: DagCommit) -> int:
         """Apply a DAG decision in one commit; return the new version.
@@ -327,6 +441,11 @@ class Store(Protocol):
 
     def dag_delete_test_run(self, instance_id: str) -> bool:
         """Delete a test run's instance, log and tasks in one transaction."""
+        ...
+
+    # -- live updates (statemachine_wf.live) ------------------------------------------------
+    def live_hub(self) -> LiveHub:
+        """This store's watchers, woken when an instance's log grows (any process)."""
         ...
 
 

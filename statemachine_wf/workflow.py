@@ -43,6 +43,7 @@ COMPLETED = "COMPLETED"
 
 TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\.v[0-9]+$")
 STEP_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SIGNAL_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,99}$")
 RESERVED_STEPS = frozenset({COMPLETED, "FAILED", "STALLED", "CANCELLED", "PENDING", "RUNNING"})
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -66,6 +67,7 @@ class StepMarker:
     retry: RetryPolicy | None
     errors: tuple[tuple[type[BaseException], ErrorClass], ...]
     timeout: float | None
+    signals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,8 @@ class StepSpec:
     retry: RetryPolicy
     errors: tuple[tuple[type[BaseException], ErrorClass], ...]
     timeout: float | None
+    signals: frozenset[str] = frozenset()
+    """The signal names this step may wait for (``ctx.wait_for``)."""
 
     def classify(self, exc: BaseException) -> ErrorClass:
         """Map an exception to Retry, Stall or Fail (unmapped errors are retryable)."""
@@ -114,6 +118,11 @@ class WorkflowSpec:
     def step(self, name: str) -> StepSpec:
         return self.steps[name]
 
+    @property
+    def signal_names(self) -> frozenset[str]:
+        """Every signal name some step declares: the names ``signal`` accepts."""
+        return frozenset().union(*(s.signals for s in self.steps.values()))
+
     def mermaid(self) -> str:
         """The state graph as Mermaid ``stateDiagram-v2`` text."""
         lines = ["stateDiagram-v2", f"    [*] --> {self.initial}"]
@@ -131,6 +140,7 @@ def step(
     retry: RetryPolicy | None = None,
     errors: ErrorMap | None = None,
     timeout: float | None = None,
+    signals: str | Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a method as the action of one state.
 
@@ -142,11 +152,14 @@ def step(
         errors: exception type -> ``Retry`` / ``Stall`` / ``Fail``, checked in order,
             before the class-level ``errors`` map.
         timeout: seconds after which a running action is treated as timed out.
+        signals: the signal names this step may wait for with ``ctx.wait_for``; the
+            workflow accepts a signal whose name some step declares.
 
     The decorator only attaches a marker; the method itself is returned unchanged, so its
     signature and type survive.
     """
     targets = (to,) if isinstance(to, str) else tuple(to)
+    names = (signals,) if isinstance(signals, str) else tuple(signals)
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__swf_step__ = StepMarker(  # type: ignore[attr-defined]
@@ -156,6 +169,7 @@ def step(
             retry=retry,
             errors=tuple((errors or {}).items()),
             timeout=timeout,
+            signals=names,
         )
         return fn
 
@@ -293,6 +307,12 @@ def build_spec(cls: type) -> WorkflowSpec:
                 problems.append(f"state {state!r} declares unknown target {target!r}")
         if marker.timeout is not None and marker.timeout <= 0:
             problems.append(f"state {state!r} has a non-positive timeout")
+        for signal in marker.signals:
+            if not isinstance(signal, str) or not SIGNAL_PATTERN.match(signal):
+                problems.append(
+                    f"state {state!r} declares signal name {signal!r}: use up to 100 letters, "
+                    "digits, '_', '.', ':' or '-', starting with a letter or '_'"
+                )
         steps[state] = StepSpec(
             name=state,
             method=attr,
@@ -301,6 +321,7 @@ def build_spec(cls: type) -> WorkflowSpec:
             retry=marker.retry or policy,
             errors=marker.errors + class_errors,
             timeout=marker.timeout,
+            signals=frozenset(marker.signals),
         )
 
     if len(initials) == 1:

@@ -7,7 +7,7 @@ Define a graph (:class:`DagDefinition`, from JSON with :func:`load` or in Python
 """
 
 from .client import DagClient
-from .handlers import NodeResult, Registry
+from .handlers import NodeContext, NodeResult, Registry, node_context
 from .interpret import DagDecision
 from .models import (
     DEFAULT_DAG_TYPE,
@@ -31,11 +31,13 @@ __all__ = [
     "Edge",
     "Graph",
     "Node",
+    "NodeContext",
     "NodeResult",
     "NodeRetry",
     "Registry",
     "TemplateError",
     "check",
     "load",
+    "node_context",
     "resolve",
 ]

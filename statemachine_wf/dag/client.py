@@ -9,13 +9,14 @@ definition from its own log, so saving a new version never changes it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from ..client import wait_for_status
-from ..errors import InputError, InvalidState, NotFound
+from .. import live
+from ..client import Client, wait_for_status
+from ..errors import ConcurrencyConflict, InputError, InvalidState, NotFound
 from ..events import EventRecord, Status
-from ..store import InstanceRecord, NewDagInstance, Store
+from ..store import DagCommit, InstanceRecord, NewDagInstance, Store
 from . import interpret
 from .interpret import LogView
 from .models import DagDefinition, check, load
@@ -192,6 +193,52 @@ class DagClient:
         """Poll until the instance reaches one of ``statuses`` (default: terminal)."""
         return wait_for_status(self.get, instance_id, timeout=timeout, statuses=statuses)
 
-    def cancel(self, instance_id: str) -> None:
-        """Not built yet for DAGs: raises :class:`InvalidState`."""
-        raise InvalidState("cancelling a DAG instance is not supported yet")
+    def cancel(self, instance_id: str) -> InstanceRecord:
+        """Cancel a DAG instance now; its running sub-workflows are cancelled too.
+
+        One commit makes it CANCELLED (terminal) and removes every open node task; a node
+        still running sees :meth:`NodeContext.cancel_requested` turn true and whatever it
+        reports later is a no-op. Then each active child is cancelled. Cancelling an
+        instance that is already CANCELLED only finishes cancelling its children.
+
+        Raises:
+            NotFound: no such instance.
+            InvalidState: it is not a DAG instance, or it already COMPLETED or FAILED.
+        """
+        for _ in range(50):
+            snap = self.store.dag_snapshot(instance_id)
+            if snap is None:
+                raise NotFound(f"no workflow instance {instance_id!r}")
+            record = snap.instance
+            if record.kind != "dag":
+                raise InvalidState(f"instance {instance_id} is not a DAG instance")
+            if record.status == Status.CANCELLED:
+                break
+            if record.status.terminal:
+                raise InvalidState(f"instance {instance_id} is already {record.status}")
+            decision = interpret.cancel(snap.open_slots)
+            try:
+                self.store.dag_apply(DagCommit(instance_id, record.version, decision, None))
+            except ConcurrencyConflict:
+                continue  # a node was scheduled meanwhile: re-read, cancel that state
+            break
+        else:
+            raise ConcurrencyConflict(instance_id, -1)
+        for child in self.store.children(instance_id):
+            cancel_instance(self.store, child.id)
+        return self.get(instance_id)
+
+    def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
+        """Its events as they commit, until it ends: :func:`statemachine_wf.live.watch`."""
+        return live.watch(self.store, instance_id, after_seq=after_seq)
+
+
+def cancel_instance(store: Store, instance_id: str) -> InstanceRecord | None:
+    """Cancel any instance (state machine or DAG) unless it has already ended."""
+    record = store.get(instance_id)
+    if record is None or record.status.terminal:
+        return record
+    try:
+        return Client(store).cancel(instance_id)
+    except InvalidState:
+        return store.get(instance_id)  # it ended meanwhile

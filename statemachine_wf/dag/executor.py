@@ -16,6 +16,11 @@ try). Then:
 A node task whose run is already completed (its runner died between steps 2 and 3) is
 only scheduled; a failure retries with backoff (the task is due again later) and then,
 per node, follows the ``error`` handle or fails the instance.
+
+A ``sub_workflow`` node whose child is still running *parks* its task (``NODE_WAITING``,
+lease released, due only after a long safety-net delay) and its thread goes back to
+work. The child's finishing commit makes the task due again; the node then runs once
+more, finds the child ended and completes (or fails) with it.
 """
 
 from __future__ import annotations
@@ -25,22 +30,32 @@ import concurrent.futures
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..errors import ConcurrencyConflict, Fail, InputError, LeaseLost, StepFailure
-from ..events import Ev, NewEvent
+from ..events import Ev, NewEvent, Status
 from ..store import Claim, DagCommit, DagSnapshot, Store
 from . import interpret
-from .handlers import LoopState, NodeCall, NodeResult, Registry, handler_for
-from .interpret import DagDecision, LogView
+from .handlers import ChildRunning, LoopState, NodeCall, NodeResult, Registry, handler_for
+from .interpret import DagDecision, LogView, TaskRetry
 from .models import ERROR_HANDLE, Graph
 from .templates import TemplateError
 
+if TYPE_CHECKING:
+    from ..workflow import Workflow
+
 log = logging.getLogger("statemachine_wf.dag")
+
+CHILD_RECHECK = 300.0
+"""Seconds a parked sub-workflow node waits before it looks at its child anyway: only a
+safety net (the child's end wakes it at once), for a wake-up lost to a hand-edited row."""
+
+CACHED_INSTANCES = 512
+"""Instances whose parsed graph and folded log a runner keeps (least recently used go)."""
 
 _NOT_RETRYABLE = (Fail, TemplateError, InputError, ValidationError, TypeError)
 """Errors that another try cannot fix: bad config, a missing template path, bad args."""
@@ -64,16 +79,18 @@ class DagExecutor:
         worker: str,
         loop: Callable[[], asyncio.AbstractEventLoop],
         threads: int = 8,
+        workflows: Mapping[str, type[Workflow[Any, Any]]] | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.worker = worker
+        self.workflows = dict(workflows or {})
         self._loop = loop
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, threads), thread_name_prefix="swf-dag-fn"
         )
-        self._graphs: OrderedDict[str, Graph] = OrderedDict()
-        self._graphs_lock = threading.Lock()
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._cache_lock = threading.Lock()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -81,41 +98,61 @@ class DagExecutor:
     # -- one node task ---------------------------------------------------------------------
     def run(self, claim: Claim) -> None:
         instance_id, node = claim.instance.id, claim.task.slot
-        snap = self.store.dag_snapshot(instance_id)
-        if snap is None:
-            return  # deleted (a stopped test run): its tasks went with it
-        view = LogView.of(snap.events)
-        graph = self._graph(instance_id, view)
-        run = view.run(node)
-        if snap.instance.status.terminal:
+        entry = self._entry(instance_id)
+        with entry.lock:
+            snap = self._read(entry, instance_id)
+            if snap is None:
+                return  # deleted (a stopped test run): its tasks went with it
+            view, graph = entry.view, entry.graph
+            assert view is not None
+            assert graph is not None
+            run = view.run(node)
+            terminal = snap.instance.status.terminal
+            done = view.completion(node, run) is not None
+            ctx = {} if terminal or done else view.context()
+            loop_state = None if terminal or done else _loop_state(graph, view, node, run)
+        if terminal:
             self._commit_loop(
                 instance_id,
                 lambda s, v: interpret.completed(
                     graph, v, node, run, status=s.instance.status, open_slots=s.open_slots
                 ),
+                snap,
             )
             return
-        if view.completion(node, run) is not None:
+        if done:
             # Completed by a runner that died before scheduling: schedule only.
             log.info("instance %s: %s run %d already completed; scheduling", instance_id, node, run)
-            self.schedule(instance_id, graph, node, run)
+            self._commit_loop(
+                instance_id,
+                lambda s, v: interpret.completed(
+                    graph, v, node, run, status=s.instance.status, open_slots=s.open_slots
+                ),
+                snap,
+            )
             return
         call = NodeCall(
             instance_id=instance_id,
             node=graph.nodes[node],
             config=graph.config(node),
-            ctx=view.context(),
+            ctx=ctx,
             run=run,
             attempt=claim.task.attempt,
             registry=self.registry,
             pool=self._pool,
-            loop=_loop_state(graph, view, node, run),
+            loop=loop_state,
+            store=self.store,
+            workflows=self.workflows,
+            cancelled=lambda: self._cancelled(instance_id),
         )
         try:
             result = self._loop().run_until_complete(handler_for(call.node.type)(call))
             output = to_jsonable_python(result.output)
         except LeaseLost:
             raise
+        except ChildRunning as wait:
+            self._park(claim, run, wait.child_id)
+            return
         except (Exception, PydanticSerializationError) as exc:
             self._failed(graph, claim, run, exc)
             return
@@ -170,6 +207,44 @@ class DagExecutor:
             ),
         )
 
+    def _cancelled(self, instance_id: str) -> bool:
+        record = self.store.get(instance_id)
+        return record is None or record.status == Status.CANCELLED
+
+    def _park(self, claim: Claim, run: int, child_id: str) -> None:
+        """Wait for a sub-workflow's child without a thread: the task sleeps until woken."""
+        instance_id, node = claim.instance.id, claim.task.slot
+
+        def decide(snap: DagSnapshot, view: LogView) -> DagDecision | None:
+            if snap.instance.status.terminal or view.settled(node, run):
+                return None
+            if node not in snap.open_slots:
+                return None
+            return DagDecision(
+                events=(
+                    NewEvent(
+                        Ev.NODE_WAITING,
+                        node,
+                        None,
+                        {"run": run, "try": claim.task.attempt, "child": child_id},
+                    ),
+                ),
+                retry=TaskRetry(node, CHILD_RECHECK, claim.task.failures),
+            )
+
+        self._commit_loop(instance_id, decide)
+        # The child may have ended while this task was still leased (its wake-up leaves a
+        # leased task alone): look again now that the task is parked.
+        child = self.store.get(child_id)
+        if child is None or child.status.terminal:
+            self.store.wake_parent(child_id)
+        elif self._cancelled(instance_id):
+            # Cancelled while we were starting the child: the cancel may have looked for
+            # children before this one existed.
+            from .client import cancel_instance
+
+            cancel_instance(self.store, child_id)
+
     def _failed(self, graph: Graph, claim: Claim, run: int, exc: BaseException) -> None:
         instance_id, node = claim.instance.id, claim.task.slot
         retryable = not isinstance(exc, _NOT_RETRYABLE)
@@ -217,36 +292,84 @@ class DagExecutor:
         self,
         instance_id: str,
         make: Callable[[DagSnapshot, LogView], DagDecision | None],
+        snap: DagSnapshot | None = None,
     ) -> None:
-        for _ in range(200):
-            snap = self.store.dag_snapshot(instance_id)
-            if snap is None:
+        """Decide on the cached view and commit, gated by the instance's version.
+
+        ``snap``: a read still good to decide on (its version is the CAS's; the view may
+        only have folded in more since). Otherwise, and after every lost CAS, the tail of
+        the log after the cached view is read (one statement on PostgreSQL). The entry's
+        lock serialises this runner's threads on one instance, so they don't lose CAS
+        races to each other; other runners are fenced by the version as before.
+        """
+        entry = self._entry(instance_id)
+        with entry.lock:
+            for _ in range(200):
+                if snap is None or entry.view is None:
+                    snap = self._read(entry, instance_id)
+                    if snap is None:
+                        return
+                assert entry.view is not None
+                decision = make(snap, entry.view)
+                if decision is None:
+                    return
+                try:
+                    self.store.dag_apply(
+                        DagCommit(instance_id, snap.instance.version, decision, self.worker)
+                    )
+                except ConcurrencyConflict:
+                    snap = None  # somebody decided first: read what they did and decide again
+                    continue
+                if decision.finish:
+                    self._forget(instance_id)  # over: nothing left to decide
                 return
-            decision = make(snap, LogView.of(snap.events))
-            if decision is None:
-                return
-            try:
-                self.store.dag_apply(
-                    DagCommit(instance_id, snap.instance.version, decision, self.worker)
-                )
-                return
-            except ConcurrencyConflict:
-                continue  # somebody decided first: re-read and see what they did
         raise LeaseLost(f"instance {instance_id} keeps changing under this runner")
 
-    def _graph(self, instance_id: str, view: LogView) -> Graph:
-        # A definition is immutable for its instance: check it once per process.
-        with self._graphs_lock:
-            graph = self._graphs.get(instance_id)
-            if graph is not None:
-                self._graphs.move_to_end(instance_id)
-                return graph
-        graph = view.graph()
-        with self._graphs_lock:
-            self._graphs[instance_id] = graph
-            while len(self._graphs) > 512:
-                self._graphs.popitem(last=False)
-        return graph
+    # -- the per-instance cache ------------------------------------------------------------
+    def _entry(self, instance_id: str) -> _Cached:
+        with self._cache_lock:
+            entry = self._cache.get(instance_id)
+            if entry is None:
+                entry = self._cache[instance_id] = _Cached()
+                while len(self._cache) > CACHED_INSTANCES:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(instance_id)
+            return entry
+
+    def _forget(self, instance_id: str) -> None:
+        with self._cache_lock:
+            self._cache.pop(instance_id, None)
+
+    def _read(self, entry: _Cached, instance_id: str) -> DagSnapshot | None:
+        """Read the instance and its log's tail after the cached view; fold it in.
+
+        Call with ``entry.lock`` held. The first read of an instance reads the whole log
+        and parses its definition (immutable for the instance) once.
+        """
+        after = 0 if entry.view is None else entry.view.last_seq
+        snap = self.store.dag_snapshot(instance_id, after_seq=after)
+        if snap is None:
+            self._forget(instance_id)
+            return None
+        if entry.view is None:
+            view = LogView.of(snap.events)
+            entry.graph = view.graph()
+            entry.view = view
+        else:
+            entry.view.extend(snap.events)
+        return snap
+
+
+class _Cached:
+    """One instance as this runner last read it: its graph and its folded log."""
+
+    __slots__ = ("graph", "lock", "view")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.view: LogView | None = None
+        self.graph: Graph | None = None
 
 
 def _loop_state(graph: Graph, view: LogView, node: str, run: int) -> LoopState | None:

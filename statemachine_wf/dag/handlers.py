@@ -7,22 +7,30 @@ optional delay before the successors are due (the delay node: a durable timer, t
 successors' tasks are simply due later; nothing sleeps).
 
 Stored definitions never carry code: a ``python`` node names a function registered
-here, a ``condition`` evaluates its expressions with simpleeval (no ``eval``).
+here, a ``condition`` evaluates its expressions with simpleeval (no ``eval``), a
+``sub_workflow`` names a registered state-machine workflow type.
+
+A registered function can read :func:`node_context` while it runs (its instance, node,
+run and try, and whether the instance was cancelled meanwhile).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
 from ..errors import Fail, InputError
+from ..events import Status
+from ..store import NewInstance, Store
 from .models import (
     DONE_HANDLE,
     ELSE_HANDLE,
@@ -34,10 +42,17 @@ from .models import (
     LoopConfig,
     Node,
     PythonConfig,
+    SubWorkflowConfig,
 )
 from .templates import resolve
 
+if TYPE_CHECKING:
+    from ..workflow import Workflow
+
+    WorkflowClass = type[Workflow[Any, Any]]
+
 F = TypeVar("F", bound=Callable[..., Any])
+W = TypeVar("W", bound="type[Workflow[Any, Any]]")
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -65,6 +80,26 @@ class Registry:
     def __init__(self) -> None:
         self._functions: dict[str, Registered] = {}
         self._queries: dict[str, Registered] = {}
+        self._workflows: dict[str, WorkflowClass] = {}
+
+    def workflow(self, cls: W) -> W:
+        """Register a state-machine workflow ``sub_workflow`` nodes may start by type name.
+
+        Usable as a class decorator. A runner's own hosted workflows need no registration.
+        """
+        self._workflows[cls.spec().workflow_type] = cls
+        return cls
+
+    def get_workflow(
+        self, name: str, hosted: Mapping[str, WorkflowClass] | None = None
+    ) -> WorkflowClass:
+        cls = self._workflows.get(name) or (hosted or {}).get(name)
+        if cls is None:
+            known = sorted({*self._workflows, *(hosted or {})})
+            raise Fail(
+                f"no workflow registered as {name!r} (known: {known})", code="unknown_workflow"
+            )
+        return cls
 
     def function(
         self, name: str | None = None, *, timeout: float | None = None
@@ -125,6 +160,10 @@ class LoopState:
     """What the body produced in the iteration that just ended (back-edge sources)."""
 
 
+def _never() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class NodeCall:
     instance_id: str
@@ -136,6 +175,50 @@ class NodeCall:
     registry: Registry
     pool: concurrent.futures.Executor
     loop: LoopState | None = None
+    store: Store | None = None
+    """The runner's store (``sub_workflow`` nodes start their child through it)."""
+    workflows: Mapping[str, WorkflowClass] = field(default_factory=dict)
+    """The runner's hosted workflow classes, by type (besides the registry's)."""
+    cancelled: Callable[[], bool] = _never
+    """True once the instance has been cancelled (read from the store on each call)."""
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What a registered function can learn about the node it runs for."""
+
+    instance_id: str
+    node: str
+    run: int
+    attempt: int
+    _cancelled: Callable[[], bool]
+
+    def cancel_requested(self) -> bool:
+        """True once the instance has been cancelled: stop early, the result is dropped."""
+        return self._cancelled()
+
+
+_current: contextvars.ContextVar[NodeContext] = contextvars.ContextVar("swf_dag_node")
+
+
+def node_context() -> NodeContext:
+    """The node a registered function is running for.
+
+    Raises:
+        RuntimeError: called outside a DAG node's function.
+    """
+    try:
+        return _current.get()
+    except LookupError:
+        raise RuntimeError("node_context() works only inside a DAG node's function") from None
+
+
+class ChildRunning(Exception):
+    """The sub-workflow's child is still running: the node parks until it ends."""
+
+    def __init__(self, child_id: str) -> None:
+        super().__init__(child_id)
+        self.child_id = child_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,17 +244,27 @@ async def _invoke(call: NodeCall, reg: Registered, args: Any, timeout: float | N
     if not isinstance(args, Mapping):
         raise Fail(f"args must resolve to a mapping, got {type(args).__name__}", code="bad_args")
     limit = timeout or reg.timeout or DEFAULT_TIMEOUT
-    if reg.is_async:
-        coro = reg.fn(**args)
-    else:
-        # A sync function runs in a thread so the timeout can give up on it; the thread
-        # itself cannot be killed and finishes in the background.
-        loop = asyncio.get_running_loop()
-        coro = loop.run_in_executor(call.pool, functools.partial(reg.fn, **args))
+    here = NodeContext(call.instance_id, call.node.id, call.run, call.attempt, call.cancelled)
+    token = _current.set(here)
     try:
-        return await asyncio.wait_for(coro, limit)
-    except TimeoutError:
-        raise TimeoutError(f"{reg.name} did not finish within {limit} s") from None
+        if reg.is_async:
+            coro = reg.fn(**args)
+        else:
+            # A sync function runs in a thread so the timeout can give up on it; the
+            # thread itself cannot be killed and finishes in the background.
+            loop = asyncio.get_running_loop()
+            run = contextvars.copy_context().run
+            coro = loop.run_in_executor(call.pool, functools.partial(run, reg.fn, **args))
+        deadline = asyncio.timeout(limit)
+        try:
+            async with deadline:
+                return await coro
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the function's own TimeoutError (a socket's, say): not the node's
+            raise TimeoutError(f"{reg.name} did not finish within {limit} s") from None
+    finally:
+        _current.reset(token)
 
 
 async def _python(call: NodeCall) -> NodeResult:
@@ -253,6 +346,46 @@ async def _loop(call: NodeCall) -> NodeResult:
     return NodeResult({"results": results, "count": len(results)}, DONE_HANDLE)
 
 
+def child_key(instance_id: str, node: str, run: int) -> str:
+    """The idempotency key of a sub-workflow node's child: one child per node run."""
+    return f"swf.dag/{instance_id}/{node}/{run}"
+
+
+async def _sub_workflow(call: NodeCall) -> NodeResult:
+    """Start the child (once per node run), then: its progress, its failure, or park."""
+    assert isinstance(call.config, SubWorkflowConfig)
+    if call.store is None:
+        raise Fail("sub_workflow nodes run only in a runner", code="no_store")
+    cls = call.registry.get_workflow(call.config.workflow, call.workflows)
+    spec = cls.spec()
+    raw = resolve(call.config.input, call.ctx)
+    data = spec.input_model.model_validate(raw)  # a ValidationError names the field
+    child_id, _ = call.store.create(
+        NewInstance(
+            id=str(uuid.uuid4()),
+            type=spec.workflow_type,
+            input=data.model_dump(mode="json"),
+            initial=spec.initial,
+            idempotency_key=child_key(call.instance_id, call.node.id, call.run),
+            parent_id=call.instance_id,
+            parent_node=call.node.id,
+        )
+    )
+    child = call.store.get(child_id)
+    if child is None or child.type != spec.workflow_type:
+        raise Fail(f"child {child_id} of {call.node.id!r} is missing or of another type")
+    if child.status == Status.COMPLETED:
+        return NodeResult(dict(child.progress))
+    if child.status in (Status.FAILED, Status.CANCELLED):
+        why = (child.error or {}).get("message", "")
+        raise Fail(
+            f"sub-workflow {spec.workflow_type} {child_id} ended {child.status}"
+            + (f": {why}" if why else ""),
+            code=f"sub_workflow_{child.status.lower()}",
+        )
+    raise ChildRunning(child_id)
+
+
 HANDLERS: dict[str, Handler] = {
     "start": _start,
     "end": _end,
@@ -261,6 +394,7 @@ HANDLERS: dict[str, Handler] = {
     "condition": _condition,
     "delay": _delay,
     "loop": _loop,
+    "sub_workflow": _sub_workflow,
 }
 
 

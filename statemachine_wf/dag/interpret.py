@@ -11,15 +11,23 @@ when one did; a node already dispatched is never dispatched again. Inside a loop
 both rules are per iteration: only completions and dispatches after the loop node's
 latest ``loop`` completion count. A loop node is dispatched again (``via="back"``) when
 every edge coming back from its body fired after its latest dispatch.
+
+Completion (draining): the instance completes when an end node has completed *and* no
+dispatched node is still open. An ``any`` join lets an end run while other branches are
+still in flight; those branches run to their end (each reachable node exactly once),
+and a late arrival at an ``any`` join that already fired is recorded (its
+``NODE_COMPLETED``) but dispatches nothing again. The output is the first completed end
+node's. A draining branch that fails with ``fail_workflow`` still fails the instance.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..events import Ev, EventRecord, NewEvent, Status
+from ..fold import Projection
 from .models import LOOP_HANDLE, DagDefinition, Edge, Graph, check
 
 
@@ -54,6 +62,9 @@ class DagDecision:
     error: dict[str, Any] | None = None
     finish: bool = False
     """Every task of the instance goes (it is terminal)."""
+    dead_letter: str | None = None
+    """A reason: the store also writes a dead letter in the same commit (retries
+    exhausted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,9 @@ class LogView:
     tries: dict[str, int] = field(default_factory=dict)
     variables: list[tuple[str, Any]] = field(default_factory=list)
 
+    last_seq: int = 0
+    """The highest seq folded in: :meth:`extend` takes only events after it."""
+
     @classmethod
     def of(cls, events: Iterable[EventRecord]) -> LogView:
         ordered = sorted(events, key=lambda e: e.seq)
@@ -92,32 +106,48 @@ class LogView:
             raise ValueError("not a DAG instance's log (no WORKFLOW_CREATED with a definition)")
         head = ordered[0].payload
         view = cls(input=dict(head.get("input") or {}), definition=dict(head["dag"]))
-        for e in ordered[1:]:
-            node = e.node
-            if node is None:
-                continue
-            if e.event_type == Ev.NODE_COMPLETED:
-                p = e.payload
-                view.completions.setdefault(node, []).append(
-                    Completion(
-                        e.seq,
-                        e.attempt or 0,
-                        p.get("handle"),
-                        p.get("output"),
-                        bool(p.get("error", False)),
-                        float(p.get("delay") or 0.0),
-                    )
-                )
-                view.variables.append((str(p.get("var") or node), p.get("output")))
-            elif e.event_type == Ev.NODE_DISPATCHED:
-                view.dispatches.setdefault(node, []).append(
-                    Dispatched(e.seq, e.attempt or 0, str(e.payload.get("via", "entry")))
-                )
-            elif e.event_type == Ev.NODE_FAILED:
-                view.failed.add((node, e.attempt or 0))
-            elif e.event_type == Ev.NODE_STARTED:
-                view.tries[node] = max(view.tries.get(node, 0), e.attempt or 0)
+        view.last_seq = ordered[0].seq
+        view.extend(ordered[1:])
         return view
+
+    def extend(self, events: Iterable[EventRecord]) -> None:
+        """Fold in the events after :attr:`last_seq` (a tail read), in seq order.
+
+        Seqs at or below ``last_seq`` are skipped, so an overlapping read is harmless. An
+        instance's events commit in seq order (each takes its seq under the instance's
+        row lock), so the events after ``last_seq`` are all that is missing.
+        """
+        for e in sorted(events, key=lambda e: e.seq):
+            if e.seq <= self.last_seq:
+                continue
+            self.last_seq = e.seq
+            self._add(e)
+
+    def _add(self, e: EventRecord) -> None:
+        node = e.node
+        if node is None:
+            return
+        if e.event_type == Ev.NODE_COMPLETED:
+            p = e.payload
+            self.completions.setdefault(node, []).append(
+                Completion(
+                    e.seq,
+                    e.attempt or 0,
+                    p.get("handle"),
+                    p.get("output"),
+                    bool(p.get("error", False)),
+                    float(p.get("delay") or 0.0),
+                )
+            )
+            self.variables.append((str(p.get("var") or node), p.get("output")))
+        elif e.event_type == Ev.NODE_DISPATCHED:
+            self.dispatches.setdefault(node, []).append(
+                Dispatched(e.seq, e.attempt or 0, str(e.payload.get("via", "entry")))
+            )
+        elif e.event_type == Ev.NODE_FAILED:
+            self.failed.add((node, e.attempt or 0))
+        elif e.event_type == Ev.NODE_STARTED:
+            self.tries[node] = max(self.tries.get(node, 0), e.attempt or 0)
 
     def graph(self) -> Graph:
         return check(DagDefinition.model_validate(self.definition))
@@ -232,14 +262,6 @@ def completed(
         return None  # another runner scheduled this run already (its task is gone)
     comp = view.completion(node, run)
     assert comp is not None, f"{node} run {run} has no NODE_COMPLETED"
-    if node in graph.ends:
-        output = comp.output if isinstance(comp.output, dict) else {"value": comp.output}
-        return DagDecision(
-            events=(NewEvent(Ev.COMPLETED, payload={"node": node, "output": output}),),
-            status=Status.COMPLETED,
-            output={"output": output},
-            finish=True,
-        )
     events: list[NewEvent] = []
     tasks: list[NodeTask] = []
     for target in dict.fromkeys(graph.targets(node, comp.handle)):
@@ -251,24 +273,48 @@ def completed(
         )
         tasks.append(NodeTask(target, comp.delay, view.tries.get(target, 0)))
     remaining = (set(open_slots) - {node}) | {t.node for t in tasks}
-    if not remaining:
-        error = {
-            "node": node,
-            "code": "dead_end",
-            "message": (
-                f"nothing left to run after {node!r} (handle {comp.handle!r}) and no end "
-                "node was reached: a branch without successors, or a join that cannot fire"
-            ),
-            "recoverable": False,
-        }
+    if remaining:
+        # Still draining: an end node that completed early (through an ``any`` join)
+        # waits for every dispatched branch before the instance completes.
+        return DagDecision(events=tuple(events), dispatch=tuple(tasks), done=node)
+    end = first_end(graph, view)
+    if end is not None:
+        end_node, output = end
         return DagDecision(
-            events=(NewEvent(Ev.FAILED, error=error),),
+            events=(
+                *events,
+                NewEvent(Ev.COMPLETED, payload={"node": end_node, "output": output}),
+            ),
             done=node,
-            status=Status.FAILED,
-            error=error,
+            status=Status.COMPLETED,
+            output={"output": output},
             finish=True,
         )
-    return DagDecision(events=tuple(events), dispatch=tuple(tasks), done=node)
+    error = {
+        "node": node,
+        "code": "dead_end",
+        "message": (
+            f"nothing left to run after {node!r} (handle {comp.handle!r}) and no end "
+            "node was reached: a branch without successors, or a join that cannot fire"
+        ),
+        "recoverable": False,
+    }
+    return DagDecision(
+        events=(NewEvent(Ev.FAILED, error=error),),
+        done=node,
+        status=Status.FAILED,
+        error=error,
+        finish=True,
+    )
+
+
+def first_end(graph: Graph, view: LogView) -> tuple[str, dict[str, Any]] | None:
+    """The end node that completed first and its output: the workflow's output."""
+    done = [(c.seq, n, c.output) for n in graph.ends for c in view.completions.get(n, ())]
+    if not done:
+        return None
+    _, node, output = min(done, key=lambda d: d[0])
+    return node, output if isinstance(output, dict) else {"value": output}
 
 
 def failed(
@@ -306,20 +352,53 @@ def failed(
             retry=TaskRetry(node, delay, failures),
         )
     message = error.get("message", "")
+    dead_letter = None
     if failures > 1:
         message = f"retries exhausted after {failures} failures: {message}"
+        dead_letter = f"node {node!r}: {message}"
     info = {**error, "message": message, "recoverable": False}
+    events = [NewEvent(Ev.NODE_FAILED, node, run, {"outcome": "fail", "failures": failures}, info)]
+    if dead_letter is not None:
+        events.append(NewEvent(Ev.DEAD_LETTERED, payload={"reason": dead_letter}))
     return DagDecision(
-        events=(
-            NewEvent(Ev.NODE_FAILED, node, run, {"outcome": "fail", "failures": failures}, info),
-        ),
+        events=tuple(events),
         done=node,
         status=Status.FAILED,
         error=info,
         finish=True,
+        dead_letter=dead_letter,
     )
 
 
 def gives_up(graph: Graph, node: str, *, failures: int, retryable: bool) -> bool:
     """Whether this failure (after ``failures`` earlier ones) is the node's last try."""
     return not retryable or graph.nodes[node].retry_policy().exhausted(failures + 1)
+
+
+def cancel(open_slots: Sequence[str]) -> DagDecision:
+    """Cancel the instance: CANCELLED, and every node task goes in the same commit."""
+    return DagDecision(
+        events=(NewEvent(Ev.CANCELLED, payload={"open": sorted(open_slots)}),),
+        status=Status.CANCELLED,
+        finish=True,
+    )
+
+
+def project(events: Iterable[EventRecord]) -> Projection:
+    """A DAG instance's row as its log says it should be (``verify``, ``rebuild``).
+
+    RUNNING from its creation; the terminal events set the status, the output
+    (``progress = {"output": ...}``) and the error; a quarantine stalls it.
+    """
+    state = Projection(status=Status.RUNNING)
+    for e in sorted(events, key=lambda e: e.seq):
+        if e.event_type == Ev.COMPLETED:
+            output = e.payload.get("output")
+            state = replace(state, status=Status.COMPLETED, progress={"output": output})
+        elif e.event_type in (Ev.FAILED, Ev.NODE_FAILED):
+            state = replace(state, status=Status.FAILED, error=e.error)
+        elif e.event_type == Ev.CANCELLED:
+            state = replace(state, status=Status.CANCELLED)
+        elif e.event_type == Ev.QUARANTINED:
+            state = replace(state, status=Status.STALLED, error=e.error)
+    return state

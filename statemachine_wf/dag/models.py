@@ -183,11 +183,12 @@ class LoopConfig(_Model):
 
 
 class SubWorkflowConfig(_Model):
-    """Run the state-machine workflow ``workflow`` with ``input`` and wait for its end."""
+    """Run the state-machine workflow registered as ``workflow`` (its type name, e.g.
+    ``shop.order.v1``) with ``input`` (templates) as a child instance and wait for its
+    end: its progress is the node's output."""
 
     workflow: str = Field(min_length=1)
     input: dict[str, Any] = Field(default_factory=dict)
-    poll: float = Field(default=0.5, gt=0)
 
 
 NODE_CONFIGS: dict[str, type[_Model]] = {

@@ -4,20 +4,30 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..decide import Decision
+from ..decide import Decision, Park
+from ..errors import InputError
 from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
 from ..store import DagCommit, InstanceRecord, TaskRecord
+from ..waits import SignalRecord
 
 Encode = Callable[[Any], Any]
 
 
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def key_clash(key: str, existing_id: str, existing_type: str, wanted_type: str) -> InputError:
+    """A batch start whose idempotency key already started another workflow type."""
+    return InputError(
+        f"idempotency key {key!r} already started a {existing_type} ({existing_id}), "
+        f"not a {wanted_type}"
+    )
 
 
 def projection_params(state: Projection, encode: Encode) -> dict[str, Any]:
@@ -29,6 +39,20 @@ def projection_params(state: Projection, encode: Encode) -> dict[str, Any]:
         "progress": encode(state.progress),
         "error": None if state.error is None else encode(state.error),
         "cancel_requested": state.cancel_requested,
+        **waiting_params(state, encode),
+    }
+
+
+def waiting_params(state: Projection, encode: Encode) -> dict[str, Any]:
+    """The wait columns: ``waits`` and ``waiting_key`` (the projection), and the wait's
+    kind, token and deadline, kept in their own columns for SQL (the signal trigger)."""
+    wait = state.wait or {}
+    return {
+        "waits": encode(state.waits),
+        "waiting_key": state.waiting,
+        "waiting_kind": wait.get("kind"),
+        "waiting_token": wait.get("token"),
+        "waiting_until": wait.get("until"),
     }
 
 
@@ -75,6 +99,7 @@ def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
         "retry": None if retry is None else retry.node,
         "retry_delay": 0.0 if retry is None else retry.delay,
         "retry_failures": 0 if retry is None else retry.failures,
+        "dead_letter": d.dead_letter,
         "dispatch": encode(
             [{"node": t.node, "delay": t.delay, "attempt": t.attempt} for t in d.dispatch]
         ),
@@ -114,7 +139,63 @@ def instance_record(row: Mapping[str, Any]) -> InstanceRecord:
         parent_id=None if row["parent_id"] is None else str(row["parent_id"]),
         created_at=_time(row["created_at"]),
         updated_at=_time(row["updated_at"]),
+        waits=_json(row["waits"]) or {},
+        waiting=row["waiting_key"],
+        parent_node=row["parent_node"],
+        deleted_at=_deleted_at(row),
     )
+
+
+def signal_record(row: Mapping[str, Any], *, decoded: bool) -> SignalRecord:
+    """A ``wf_signals`` row; ``decoded`` when the driver already parsed the JSON (jsonb)."""
+    raw = row["payload"]
+    payload, problem = raw, None
+    if not decoded:
+        try:
+            payload = json.loads(raw)
+        except ValueError as exc:
+            problem = str(exc)
+    return SignalRecord(
+        id=int(row["id"]),
+        instance_id=str(row["instance_id"]),
+        kind=row["kind"],
+        name=row["name"],
+        payload=payload,
+        token=row["token"],
+        due_at=_time(row["due_at"]),
+        state=row["state"],
+        created_at=_time(row["created_at"]),
+        payload_error=problem,
+    )
+
+
+def signal_write_params(decision: Decision, encode: Encode) -> dict[str, Any]:
+    """The ``wf_signals`` side of a decision (both dialects)."""
+    w = decision.signals
+    op = decision.task
+    return {
+        "settled": encode([{"id": i, "state": st} for i, st in w.settled]),
+        "dead": encode([{"envelope": env, "reason": why} for env, why in w.dead]),
+        "timer_token": None if w.timer is None else w.timer.token,
+        "timer_due": None if w.timer is None else w.timer.due,
+        "wait_name": op.name if isinstance(op, Park) else None,
+        "until": op.until if isinstance(op, Park) else None,
+    }
+
+
+def signal_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    counts = dict.fromkeys(SIGNAL_STATES, 0)
+    for r in rows:
+        counts[str(r["state"])] = int(r["n"])
+    return counts
+
+
+SIGNAL_STATES = ("pending", "applied", "stale", "dead", "void")
+
+
+def _deleted_at(row: Mapping[str, Any]) -> float | None:
+    value = row["deleted_at"] if "deleted_at" in row.keys() else None  # noqa: SIM118 (sqlite3.Row)
+    return None if value is None else _time(value)
 
 
 def task_record(row: Mapping[str, Any], *, now: float | None = None) -> TaskRecord:
@@ -160,9 +241,11 @@ def fast_start_allowed(instance: InstanceRecord, task: TaskRecord) -> bool:
     """Whether a claim may write the next attempt's intent itself (the common case)."""
     return (
         instance.kind == "machine"
+        and task.node != ""  # a run started from SQL: the runner resolves its first step
         and not task.in_flight
         and not instance.cancel_requested
         and instance.status in (Status.PENDING, Status.RUNNING, Status.STALLED)
+        and instance.waiting is None  # a waiting instance is resumed by its signals
     )
 
 

@@ -20,10 +20,18 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from ..decide import Continue, Finish, KeepTask, Reschedule
-from ..errors import ConcurrencyConflict, InvalidState, MigrationError, StoreError
+from ..decide import Continue, Finish, KeepTask, Park, Reschedule
+from ..errors import (
+    ConcurrencyConflict,
+    InvalidState,
+    MigrationError,
+    NotFound,
+    PayloadTooLarge,
+    StoreError,
+)
 from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
+from ..limits import configured_max_payload_bytes
 from ..store import (
     Claim,
     Commit,
@@ -35,16 +43,22 @@ from ..store import (
     TaskRecord,
     like_prefix,
 )
+from ..waits import NewSignal, SignalRecord
 from ._common import (
     Wakeup,
     dag_apply_params,
     event_dicts,
     event_record,
     instance_record,
+    key_clash,
     new_event_dicts,
     projection_params,
+    signal_counts,
+    signal_record,
+    signal_write_params,
     task_record,
 )
+from ._live import LiveHub, Subscription
 from ._sql import migrations, queries
 
 try:
@@ -57,6 +71,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError(
         "the PostgreSQL store needs the postgres extra: pip install 'statemachine_wf[postgres]'"
     ) from exc
+
+from ._pglive import LiveListener, live_channel  # needs psycopg: after the check above
 
 log = logging.getLogger("statemachine_wf.postgres")
 Q = queries("postgres")
@@ -76,6 +92,24 @@ def wrap_errors() -> Iterator[None]:
 
 def _encode(value: Any) -> Any:
     return Jsonb(value)
+
+
+def _letter(row: dict[str, Any]) -> dict[str, Any]:
+    """A dead letter row with uuids as strings and times as unix seconds."""
+    out = dict(row)
+    for key in ("instance_id", "redrive_instance_id"):
+        if out.get(key) is not None:
+            out[key] = str(out[key])
+    for key in ("created_at", "redriven_at"):
+        if isinstance(out.get(key), datetime):
+            out[key] = out[key].timestamp()
+    return out
+
+
+def _sizes(message: str) -> tuple[int, int]:
+    """``(size, limit)`` from a payload-limit refusal of migration 009's SQL."""
+    found = re.search(r"is (\d+) bytes; the limit is (\d+) bytes", message)
+    return (int(found.group(1)), int(found.group(2))) if found else (-1, -1)
 
 
 class PostgresStore:
@@ -115,6 +149,7 @@ class PostgresStore:
         self._listener: threading.Thread | None = None
         self._closed = threading.Event()
         self._migrated = False
+        self._live: LiveListener | None = None
 
     # -- plumbing ---------------------------------------------------------------------
     @contextmanager
@@ -137,6 +172,8 @@ class PostgresStore:
     def close(self) -> None:
         self._closed.set()
         self.wake()
+        if self._live is not None:
+            self._live.stop()
         if self._listener is not None:
             self._listener.join(timeout=5)
         self._pool.close()
@@ -165,6 +202,10 @@ class PostgresStore:
                         conn.execute(
                             "INSERT INTO wf_schema_migrations (version) VALUES (%s)", (number,)
                         )
+                limit = configured_max_payload_bytes()
+                if limit is not None:
+                    setting = {"name": "max_payload_bytes", "value": str(limit)}
+                    conn.execute(Q["set_setting"], setting)
         except psycopg.Error as exc:
             raise MigrationError(f"postgres migration failed: {exc}") from exc
         return max((n for n, _ in migrations("postgres")), default=0)
@@ -180,8 +221,10 @@ class PostgresStore:
             "key": new.idempotency_key,
             "priority": new.priority,
             "parent_id": new.parent_id,
-            "created": Jsonb({"input": new.input, "initial": new.initial}),
+            "parent_node": new.parent_node,
+            "created": Jsonb({"input": new.input, "initial": new.initial or None}),
             "delay": new.delay,
+            "run_at": new.run_at,
             "channel": self.channel,
         }
         row = self._one(Q["create"], params)
@@ -192,8 +235,43 @@ class PostgresStore:
             return self.create(new)
         return str(existing["id"]), False
 
+    def create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
+        if not news:
+            return []
+        params = {
+            "ids": [n.id for n in news],
+            "types": [n.type for n in news],
+            "kinds": [n.kind for n in news],
+            "steps": [n.initial for n in news],
+            "inputs": [Jsonb(n.input) for n in news],
+            "keys": [n.idempotency_key for n in news],
+            "priorities": [n.priority for n in news],
+            "parent_ids": [n.parent_id for n in news],
+            "parent_nodes": [n.parent_node for n in news],
+            "delays": [n.delay for n in news],
+            "run_ats": [n.run_at for n in news],
+            "channel": self.channel,
+        }
+        rows = self._all(Q["create_many"], params)
+        for row, new in zip(rows, news, strict=True):
+            if row["clash"]:
+                assert new.idempotency_key is not None
+                raise key_clash(new.idempotency_key, str(row["id"]), row["existing_type"], new.type)
+        out: list[tuple[str, bool]] = []
+        for row, new in zip(rows, news, strict=True):
+            if row["id"] is not None:
+                out.append((str(row["id"]), bool(row["created"])))
+                continue
+            # The key was committed by a concurrent producer after this statement's snapshot.
+            out.append(self.create(new))
+        return out
+
     # -- reads ------------------------------------------------------------------------
     def get(self, instance_id: str) -> InstanceRecord | None:
+        try:
+            uuid.UUID(instance_id)
+        except (ValueError, TypeError, AttributeError):
+            return None  # not an id at all: no such instance (rather than a driver error)
         row = self._one(Q["get_instance"], {"id": instance_id})
         return None if row is None else instance_record(row)
 
@@ -201,8 +279,36 @@ class PostgresStore:
         row = self._one(Q["get_task"], {"id": instance_id, "slot": slot})
         return None if row is None else task_record(row)
 
-    def events(self, instance_id: str) -> list[EventRecord]:
-        return [event_record(r) for r in self._all(Q["events"], {"id": instance_id})]
+    def events(self, instance_id: str, *, after_seq: int = 0) -> list[EventRecord]:
+        rows = self._all(Q["events"], {"id": instance_id, "after": after_seq})
+        return [event_record(r) for r in rows]
+
+    def live_hub(self) -> LiveHub:
+        with self._listener_lock:
+            if self._live is None:
+                self._live = LiveListener(
+                    self.url,
+                    live_channel(self.schema),
+                    register=self._live_watch,
+                    unregister=self._live_unwatch,
+                    sweep=self._live_sweep,
+                )
+            return self._live.hub
+
+    def _live_watch(self, sub: Subscription) -> None:
+        if self._one(Q["live_watch"], {"token": sub.token, "id": sub.instance_id}) is None:
+            raise NotFound(f"no workflow instance {sub.instance_id!r}")
+
+    def _live_unwatch(self, sub: Subscription) -> None:
+        try:
+            with self._conn() as conn:
+                conn.execute(Q["live_unwatch"], {"token": sub.token})
+        except StoreError as exc:  # the row only costs notifications until it is swept
+            log.warning("live: could not unregister watcher of %s: %s", sub.instance_id, exc)
+
+    def _live_sweep(self) -> None:
+        with self._conn() as conn:
+            conn.execute(Q["live_sweep"])
 
     def list_instances(
         self,
@@ -210,16 +316,19 @@ class PostgresStore:
         status: Sequence[Status] | None = None,
         type_prefix: str | None = None,
         limit: int = 100,
+        include_deleted: bool = False,
     ) -> list[InstanceRecord]:
         rows = self._all(
             "SELECT * FROM wf_instances"
             " WHERE (%(any_status)s OR status = ANY(%(status)s))"
             "   AND (%(pattern)s::text IS NULL OR type LIKE %(pattern)s)"
+            "   AND (%(deleted)s OR deleted_at IS NULL)"
             " ORDER BY created_at DESC LIMIT %(limit)s",
             {
                 "any_status": not status,
                 "status": [str(s) for s in status or ()],
                 "pattern": like_prefix(type_prefix) if type_prefix else None,
+                "deleted": include_deleted,
                 "limit": limit,
             },
         )
@@ -253,7 +362,15 @@ class PostgresStore:
                     # we hold the task, but must look at the instance afresh.
                     claims.append(self._bare_claim(task, worker=worker, lease=lease))
                     continue
-                claims.append(Claim(task, instance_record(raw), started=bool(row["started"])))
+                raw_signals = row["signals"]
+                signals = (
+                    None
+                    if raw_signals is None
+                    else tuple(signal_record(r, decoded=True) for r in raw_signals)
+                )
+                claims.append(
+                    Claim(task, instance_record(raw), started=bool(row["started"]), signals=signals)
+                )
             except (ValueError, KeyError, TypeError) as exc:
                 self.quarantine(
                     str(row["instance_id"]), reason=f"corrupt row: {exc!r}", worker=worker
@@ -302,6 +419,12 @@ class PostgresStore:
             channel=self.channel,
             lease=commit.lease,
         )
+        params.update(signal_write_params(decision, _encode))
+        middle = "\n" + Q["apply_signals"] if decision.signals else ""
+        head = Q["apply_head"]
+        if decision.dead_letter is not None:
+            head += "\n" + Q["apply_dead_letter"]
+            params["dead_letter"] = decision.dead_letter
         op = decision.task
         if isinstance(op, Continue):
             tail = "apply_continue"
@@ -314,13 +437,16 @@ class PostgresStore:
                 failures=op.failures,
                 attempt=decision.state.attempts.get(op.node, 0),
             )
+        elif isinstance(op, Park):
+            tail = "apply_park"
+            params.update(node=op.node, failures=op.failures)
         elif isinstance(op, Finish):
             tail = "apply_finish"
         else:
             assert isinstance(op, KeepTask)
             tail = "apply_keep"
         try:
-            row = self._one(Q["apply_head"] + "\n" + Q[tail], params)
+            row = self._one(head + middle + "\n" + Q[tail], params)
         except ConcurrencyConflict:
             raise ConcurrencyConflict(commit.instance_id, commit.version) from None
         if row is None:
@@ -351,9 +477,20 @@ class PostgresStore:
         with self._conn() as conn:
             conn.execute(Q["wake_instances"], {"ids": list(instance_ids), "channel": self.channel})
 
-    def heartbeat(self, *, worker: str, lease: float) -> int:
+    def wake_parent(self, child_id: str) -> None:
         with self._conn() as conn:
-            return conn.execute(Q["heartbeat"], {"worker": worker, "lease": lease}).rowcount
+            conn.execute(Q["wake_parent"], {"id": child_id, "channel": self.channel})
+
+    def children(self, parent_id: str) -> list[InstanceRecord]:
+        return [instance_record(r) for r in self._all(Q["children"], {"id": parent_id})]
+
+    def heartbeat(self, *, worker: str, lease: float, log_every: float | None = None) -> int:
+        if log_every is None:
+            with self._conn() as conn:
+                return conn.execute(Q["heartbeat"], {"worker": worker, "lease": lease}).rowcount
+        params = {"worker": worker, "lease": lease, "every": log_every}
+        row = self._one(Q["heartbeat_logged"], params)
+        return 0 if row is None else int(row["n"])
 
     def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
         with self._conn() as conn:
@@ -424,17 +561,7 @@ class PostgresStore:
             )
 
     def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]:
-        rows = self._all(Q["dead_letters"], {"limit": limit})
-        return [
-            {
-                **r,
-                "instance_id": None if r["instance_id"] is None else str(r["instance_id"]),
-                "created_at": r["created_at"].timestamp()
-                if isinstance(r["created_at"], datetime)
-                else r["created_at"],
-            }
-            for r in rows
-        ]
+        return [_letter(r) for r in self._all(Q["dead_letters"], {"limit": limit})]
 
     def quarantine(self, instance_id: str, *, reason: str, worker: str) -> None:
         error = {"step": None, "code": "quarantined", "message": reason, "recoverable": True}
@@ -444,11 +571,81 @@ class PostgresStore:
                 {"id": instance_id, "error": Jsonb(error), "reason": reason, "worker": worker},
             )
 
+    # -- the inbox: type registry, redrive, retention ------------------------------------
+    def register_types(self, types: Sequence[str], *, by: str) -> None:
+        with self._conn() as conn, conn.transaction():
+            for type_name in sorted(types):  # one order everywhere: no deadlock
+                conn.execute(Q["register_type"], {"type": type_name, "by": by})
+
+    def registered_types(self) -> list[str]:
+        return [r["type"] for r in self._all(Q["registered_types"], {})]
+
+    def dead_letter_get(self, letter_id: int) -> dict[str, Any] | None:
+        row = self._one(Q["dead_letter_get"], {"id": letter_id})
+        return None if row is None else _letter(row)
+
+    def mark_redriven(self, letter_id: int, *, instance_id: str | None, by: str) -> bool:
+        with self._conn() as conn:
+            cur = conn.execute(
+                Q["mark_redriven"], {"id": letter_id, "instance_id": instance_id, "by": by}
+            )
+            return cur.rowcount == 1
+
+    def soft_delete(self, instance_id: str) -> bool:
+        return self._one(Q["soft_delete"], {"id": instance_id}) is not None
+
+    def purge_batch(self, *, older_than: float, batch_size: int, soft: bool = False) -> int:
+        query = Q["soft_purge_batch"] if soft else Q["purge_batch"]
+        return len(self._all(query, {"age": older_than, "batch": batch_size}))
+
+    def purge_dead_letters_batch(self, *, older_than: float, batch_size: int) -> int:
+        query = Q["purge_dead_letters_batch"]
+        return len(self._all(query, {"age": older_than, "batch": batch_size}))
+
     def rebuild(self, instance_id: str, projection: Projection) -> None:
         params = projection_params(projection, _encode)
         params["id"] = instance_id
         with self._conn() as conn:
             conn.execute(Q["rebuild"], params)
+
+    # -- signals and timers ---------------------------------------------------------------
+    def signal(self, new: NewSignal) -> int:
+        params = {
+            "instance_id": new.instance_id,
+            "name": new.name,
+            "payload": Jsonb(new.payload),
+            "token": new.token,
+            "delay": new.delay,
+        }
+        try:
+            row = self._one(Q["signal_insert"], params)
+        except StoreError as exc:
+            # The trigger's refusals (sql/postgres/005_signals.sql) become domain errors.
+            cause = exc.__cause__
+            state = getattr(cause, "sqlstate", None)
+            if state == "SWF01" or isinstance(cause, psycopg.errors.InvalidTextRepresentation):
+                raise NotFound(f"no workflow instance {new.instance_id!r}") from None
+            if state == "SWF02" and isinstance(cause, psycopg.Error):
+                message = cause.diag.message_primary or str(cause)
+                raise InvalidState(message.removeprefix("wf_signals: ")) from None
+            if state == "54000" and isinstance(cause, psycopg.Error):
+                # The limit in wf_settings (migration 009) is below this process's.
+                size, limit = _sizes(cause.diag.message_primary or "")
+                raise PayloadTooLarge(f"signal {new.name!r} payload", size, limit) from None
+            raise
+        assert row is not None
+        return int(row["id"])
+
+    def pending_signals(self, instance_id: str) -> list[SignalRecord]:
+        rows = self._all(Q["signals_pending"], {"instance_id": instance_id})
+        return [signal_record(r, decoded=True) for r in rows]
+
+    def signals(self, *, instance_id: str | None = None, limit: int = 100) -> list[SignalRecord]:
+        rows = self._all(Q["signals_list"], {"instance_id": instance_id, "limit": limit})
+        return [signal_record(r, decoded=True) for r in rows]
+
+    def signal_counts(self, *, instance_id: str | None = None) -> dict[str, int]:
+        return signal_counts(self._all(Q["signal_counts"], {"instance_id": instance_id}))
 
     # -- DAG instances --------------------------------------------------------------------
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
@@ -499,15 +696,19 @@ class PostgresStore:
         )
         return row is not None
 
-    def dag_snapshot(self, instance_id: str) -> DagSnapshot | None:
-        # The version is read first: anything committed after it that matters bumps it,
-        # so the CAS of a decision made on this snapshot fails rather than misleads.
-        inst = self.get(instance_id)
-        if inst is None:
+    def dag_snapshot(self, instance_id: str, *, after_seq: int = 0) -> DagSnapshot | None:
+        # One statement reads the version, the events and the slots from one MVCC
+        # snapshot: anything committed after it that matters bumps the version, so the
+        # CAS of a decision made on this snapshot fails rather than misleads.
+        try:
+            uuid.UUID(instance_id)
+        except (ValueError, TypeError, AttributeError):
             return None
-        events = self.events(instance_id)
-        slots = tuple(r["slot"] for r in self._all(Q["dag_slots"], {"id": instance_id}))
-        return DagSnapshot(inst, events, slots)
+        row = self._one(Q["dag_snapshot"], {"id": instance_id, "after": after_seq})
+        if row is None:
+            return None
+        events = [event_record(e) for e in row["events"]]
+        return DagSnapshot(instance_record(row["instance"]), events, tuple(row["slots"]))
 
     def dag_apply(self, commit: DagCommit) -> int:
         params = dag_apply_params(commit, Jsonb)

@@ -16,15 +16,23 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from .. import decide
-from ..decide import Continue, Decision, Finish, KeepTask, Reschedule
-from ..errors import ConcurrencyConflict, InvalidState, MigrationError, StoreError
+from ..decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
+from ..errors import (
+    ConcurrencyConflict,
+    InvalidState,
+    MigrationError,
+    NotFound,
+    PayloadTooLarge,
+    StoreError,
+)
 from ..events import Ev, EventRecord, NewEvent, Status
 from ..fold import Projection
+from ..limits import DEFAULT_MAX_PAYLOAD_BYTES, configured_max_payload_bytes
 from ..store import (
     Claim,
     Commit,
@@ -36,6 +44,7 @@ from ..store import (
     TaskRecord,
     like_prefix,
 )
+from ..waits import NewSignal, SignalRecord
 from ._common import (
     Wakeup,
     dag_apply_params,
@@ -44,10 +53,14 @@ from ._common import (
     event_record,
     fast_start_allowed,
     instance_record,
+    key_clash,
     new_event_dicts,
     projection_params,
+    signal_counts,
+    signal_record,
     task_record,
 )
+from ._live import LiveHub
 from ._sql import migrations, queries
 
 Q = queries("sqlite")
@@ -61,6 +74,27 @@ def wrap_errors() -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise StoreError(f"sqlite: {exc}") from exc
+
+
+def _insert_dead_letter(
+    conn: sqlite3.Connection,
+    instance_id: str | None,
+    envelope: Mapping[str, Any],
+    reason: str,
+    worker: str | None,
+    now: float,
+) -> None:
+    """One ``wf_dead_letters`` row, inside the caller's transaction."""
+    conn.execute(
+        Q["dead_letter"],
+        {
+            "instance_id": instance_id,
+            "envelope": dumps(envelope),
+            "reason": reason,
+            "worker": worker,
+            "now": now,
+        },
+    )
 
 
 class SQLiteStore:
@@ -82,6 +116,7 @@ class SQLiteStore:
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
         self._migrated = False
+        self._live = LiveHub(start=self._ensure_watcher)
 
     # -- connections ------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -112,17 +147,48 @@ class SQLiteStore:
         # Threads of this process queue here: SQLite's own busy handler backs off with
         # sleeps of up to 100 ms, which would dominate a step. Other processes still
         # meet the file lock and busy_timeout.
+        appended = self._appended(conn)
         with self._writer:
             with wrap_errors():
                 conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
             except BaseException:
+                appended.clear()
                 with wrap_errors():
                     conn.execute("ROLLBACK")
                 raise
             with wrap_errors():
                 conn.execute("COMMIT")
+        if appended:
+            for instance_id, seq in appended.items():
+                self._live.publish(instance_id, seq)
+            appended.clear()
+
+    def _appended(self, conn: sqlite3.Connection) -> dict[str, int]:
+        """This connection's events appended in the open transaction: instance -> last seq.
+
+        Filled by a TEMP trigger (per connection, so other tools writing the file need no
+        function of ours) and published to live watchers after COMMIT.
+        """
+        appended: dict[str, int] | None = getattr(self._local, "appended", None)
+        if appended is None:
+            found: dict[str, int] = {}
+
+            def note(instance_id: str, seq: int) -> None:
+                found[instance_id] = seq
+
+            with wrap_errors():
+                conn.create_function("swf_live_note", 2, note, deterministic=False)
+                conn.execute(
+                    "CREATE TEMP TRIGGER IF NOT EXISTS swf_live_note AFTER INSERT ON "
+                    "main.wf_events BEGIN SELECT swf_live_note(NEW.instance_id, NEW.seq); END"
+                )
+            self._local.appended = appended = found
+        return appended
+
+    def live_hub(self) -> LiveHub:
+        return self._live
 
     def close(self) -> None:
         self._closed.set()
@@ -154,6 +220,12 @@ class SQLiteStore:
                 conn.execute(
                     "INSERT INTO wf_schema_migrations VALUES (?, ?)", (number, time.time())
                 )
+            limit = configured_max_payload_bytes()
+            if limit is not None:
+                conn.execute(
+                    Q["set_setting"],
+                    {"name": "max_payload_bytes", "value": str(limit), "now": time.time()},
+                )
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK")
@@ -168,49 +240,66 @@ class SQLiteStore:
                 row = conn.execute(Q["instance_by_key"], {"key": new.idempotency_key}).fetchone()
                 if row is not None:
                     return str(row["id"]), False
-            conn.execute(
-                Q["insert_instance"],
-                {
-                    "id": new.id,
-                    "type": new.type,
-                    "kind": new.kind,
-                    "step": new.initial,
-                    "input": dumps(new.input),
-                    "key": new.idempotency_key,
-                    "priority": new.priority,
-                    "parent_id": new.parent_id,
-                    "now": now,
-                },
-            )
-            self._insert_events(
-                conn,
-                new.id,
-                [
-                    {
-                        "node": None,
-                        "event_type": str(Ev.CREATED),
-                        "attempt": None,
-                        "payload": {"input": new.input, "initial": new.initial},
-                        "error": None,
-                    }
-                ],
-                worker=None,
-                now=now,
-            )
-            conn.execute(
-                Q["insert_task"],
-                {
-                    "instance_id": new.id,
-                    "node": new.initial,
-                    "kind": new.kind,
-                    "type": new.type,
-                    "priority": new.priority,
-                    "due_at": now + new.delay,
-                    "now": now,
-                },
-            )
+            self._insert_new(conn, new, now)
         self.nudge()
         return new.id, True
+
+    def create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
+        now = time.time()
+        out: list[tuple[str, bool]] = []
+        with self._write() as conn:
+            keyed: dict[str, tuple[str, str]] = {}  # key -> (id, type), this batch's too
+            for new in news:
+                key = new.idempotency_key
+                if key is not None and key not in keyed:
+                    row = conn.execute(Q["instance_by_key"], {"key": key}).fetchone()
+                    if row is not None:
+                        keyed[key] = (str(row["id"]), str(row["type"]))
+                if key is not None and key in keyed:
+                    existing_id, existing_type = keyed[key]
+                    if existing_type != new.type:
+                        raise key_clash(key, existing_id, existing_type, new.type)
+                    out.append((existing_id, False))
+                    continue
+                self._insert_new(conn, new, now)
+                if key is not None:
+                    keyed[key] = (new.id, new.type)
+                out.append((new.id, True))
+        if any(created for _, created in out):
+            self.nudge()
+        return out
+
+    def _insert_new(self, conn: sqlite3.Connection, new: NewInstance, now: float) -> None:
+        conn.execute(
+            Q["insert_instance"],
+            {
+                "id": new.id,
+                "type": new.type,
+                "kind": new.kind,
+                "step": new.initial or None,
+                "input": dumps(new.input),
+                "key": new.idempotency_key,
+                "priority": new.priority,
+                "parent_id": new.parent_id,
+                "parent_node": new.parent_node,
+                "now": now,
+            },
+        )
+        created = {"node": None, "event_type": str(Ev.CREATED), "attempt": None, "error": None}
+        payload = {"input": new.input, "initial": new.initial or None}
+        self._insert_events(conn, new.id, [{**created, "payload": payload}], worker=None, now=now)
+        conn.execute(
+            Q["insert_task"],
+            {
+                "instance_id": new.id,
+                "node": new.initial,
+                "kind": new.kind,
+                "type": new.type,
+                "priority": new.priority,
+                "due_at": new.run_at if new.run_at is not None else now + new.delay,
+                "now": now,
+            },
+        )
 
     # -- reads ------------------------------------------------------------------------
     def get(self, instance_id: str) -> InstanceRecord | None:
@@ -223,9 +312,13 @@ class SQLiteStore:
             row = self._conn().execute(Q["get_task"], {"id": instance_id, "slot": slot}).fetchone()
         return None if row is None else task_record(row, now=time.time())
 
-    def events(self, instance_id: str) -> list[EventRecord]:
+    def events(self, instance_id: str, *, after_seq: int = 0) -> list[EventRecord]:
         with wrap_errors():
-            rows = self._conn().execute(Q["events"], {"id": instance_id}).fetchall()
+            rows = (
+                self._conn()
+                .execute(Q["events"], {"id": instance_id, "after": after_seq})
+                .fetchall()
+            )
         return [event_record(r) for r in rows]
 
     def list_instances(
@@ -234,8 +327,11 @@ class SQLiteStore:
         status: Sequence[Status] | None = None,
         type_prefix: str | None = None,
         limit: int = 100,
+        include_deleted: bool = False,
     ) -> list[InstanceRecord]:
         sql = "SELECT * FROM wf_instances WHERE 1=1"
+        if not include_deleted:
+            sql += " AND deleted_at IS NULL"
         params: list[Any] = []
         if status:
             sql += " AND status IN (" + ",".join("?" * len(status)) + ")"
@@ -311,7 +407,7 @@ class SQLiteStore:
             decision = decide.start(
                 instance.projection(in_flight=False), task.node, failures=task.failures
             )
-            version = self._write_decision(
+            version, _ = self._write_decision(
                 conn, instance.id, instance.version, decision, worker, lease, now
             )
             conn.execute(Q["lease_task"], lease_params)
@@ -329,12 +425,18 @@ class SQLiteStore:
         conn.execute(Q["lease_task"], lease_params)
         bumped = instance_record(conn.execute(Q["get_instance"], {"id": instance.id}).fetchone())
         leased = _leased(task, worker, now + lease, task.attempt, started=False)
-        return Claim(dataclasses.replace(leased, lease_token=token), bumped, started=False)
+        signals = None
+        if bumped.waiting is not None:  # read with the claim, as on PostgreSQL
+            rows = conn.execute(Q["signals_pending"], {"instance_id": instance.id, "now": now})
+            signals = tuple(signal_record(r, decoded=False) for r in rows)
+        return Claim(
+            dataclasses.replace(leased, lease_token=token), bumped, started=False, signals=signals
+        )
 
     def apply(self, commit: Commit) -> int:
         now = time.time()
         with self._write() as conn:
-            version = self._write_decision(
+            version, woke = self._write_decision(
                 conn,
                 commit.instance_id,
                 commit.version,
@@ -343,7 +445,7 @@ class SQLiteStore:
                 commit.lease,
                 now,
             )
-        if isinstance(commit.decision.task, Reschedule | Finish):
+        if woke:
             self.nudge()
         return version
 
@@ -356,7 +458,8 @@ class SQLiteStore:
         worker: str | None,
         lease: float,
         now: float,
-    ) -> int:
+    ) -> tuple[int, bool]:
+        """Write ``decision``; the new version, and whether it may have made a task due."""
         params = projection_params(decision.state, dumps)
         params.update(id=instance_id, version=version, now=now)
         cur = conn.execute(Q["update_projection"], params)
@@ -366,8 +469,37 @@ class SQLiteStore:
                 instance_id, version, None if row is None else int(row["version"])
             )
         self._insert_events(conn, instance_id, event_dicts(decision), worker=worker, now=now)
+        if decision.signals:
+            self._write_signals(conn, instance_id, decision, worker, now)
+        if decision.dead_letter is not None:
+            conn.execute(
+                Q["dead_letter_instance"],
+                {
+                    "id": instance_id,
+                    "reason": decision.dead_letter,
+                    "worker": worker,
+                    "now": now,
+                    "step": params["step"],
+                    "status": params["status"],
+                    "error": params["error"],
+                },
+            )
         op = decision.task
-        if isinstance(op, Continue):
+        woke = isinstance(op, Park | Reschedule)
+        if isinstance(op, Park):
+            far = now + 100 * 365 * 86400.0
+            conn.execute(
+                Q["task_park"],
+                {
+                    "instance_id": instance_id,
+                    "node": op.node,
+                    "failures": op.failures,
+                    "until": far if op.until is None else op.until,
+                    "wait_name": op.name,
+                    "settled_ids": dumps([i for i, _ in decision.signals.settled]),
+                },
+            )
+        elif isinstance(op, Continue):
             conn.execute(
                 Q["task_continue"],
                 {
@@ -393,10 +525,46 @@ class SQLiteStore:
             )
         elif isinstance(op, Finish):
             conn.execute(Q["task_finish"], {"instance_id": instance_id})
-            self._release_locks(conn, instance_id, None, now)
+            released = self._release_locks(conn, instance_id, None, now)
+            ends = {"instance_id": instance_id, "worker": worker, "now": now}
+            conn.execute(Q["signals_end_dead"], ends)
+            conn.execute(Q["signals_end"], ends)
+            parent = conn.execute(Q["finish_wake_parent"], {"id": instance_id, "now": now})
+            # Wake a worker only for what this finish made due (lock waiters, a parent).
+            woke = released > 0 or parent.rowcount > 0
         else:
             assert isinstance(op, KeepTask)
-        return version + 1
+        return version + 1, woke
+
+    def _write_signals(
+        self,
+        conn: sqlite3.Connection,
+        instance_id: str,
+        decision: Decision,
+        worker: str | None,
+        now: float,
+    ) -> None:
+        w = decision.signals
+        for signal_id, state in w.settled:
+            conn.execute(
+                Q["signal_settle"],
+                {"id": signal_id, "instance_id": instance_id, "state": state, "now": now},
+            )
+        for envelope, reason in w.dead:
+            _insert_dead_letter(conn, instance_id, envelope, reason, worker, now)
+        if w.timer is not None:
+            conn.execute(
+                Q["signal_insert"],
+                {
+                    "instance_id": instance_id,
+                    "kind": "timer",
+                    "name": "timer",
+                    "payload": "null",
+                    "token": w.timer.token,
+                    "due_at": w.timer.due,
+                    "now": now,
+                },
+            )
 
     def _insert_events(
         self,
@@ -467,12 +635,54 @@ class SQLiteStore:
                 conn.execute(Q["wake_instance"], {"id": instance_id, "now": now})
         self.nudge()
 
-    def heartbeat(self, *, worker: str, lease: float) -> int:
+    def wake_parent(self, child_id: str) -> None:
+        with self._write() as conn:
+            conn.execute(Q["wake_parent"], {"id": child_id, "now": time.time()})
+        self.nudge()
+
+    def children(self, parent_id: str) -> list[InstanceRecord]:
+        with wrap_errors():
+            rows = self._conn().execute(Q["children"], {"id": parent_id}).fetchall()
+        return [instance_record(r) for r in rows]
+
+    def heartbeat(self, *, worker: str, lease: float, log_every: float | None = None) -> int:
         now = time.time()
         with self._write() as conn:
-            return conn.execute(
-                Q["heartbeat"], {"worker": worker, "due_at": now + lease, "now": now}
-            ).rowcount
+            if log_every is None:
+                return conn.execute(
+                    Q["heartbeat"], {"worker": worker, "due_at": now + lease, "now": now}
+                ).rowcount
+            # See the PostgreSQL query of the same name: first sighting of a claim marks
+            # it, a later one logs a HEARTBEAT at most every ``log_every`` seconds.
+            held = conn.execute(Q["heartbeat_held"], {"worker": worker, "now": now}).fetchall()
+            for t in held:
+                first = t["heartbeat_at"] is None or t["heartbeat_token"] != t["lease_token"]
+                log_it = not first and t["heartbeat_at"] <= now - log_every
+                conn.execute(
+                    Q["heartbeat_one"],
+                    {
+                        "id": t["id"],
+                        "due_at": now + lease,
+                        "at": now if first or log_it else t["heartbeat_at"],
+                    },
+                )
+                if log_it:
+                    self._insert_events(
+                        conn,
+                        t["instance_id"],
+                        [
+                            {
+                                "node": t["node"],
+                                "event_type": str(Ev.HEARTBEAT),
+                                "attempt": t["attempt"],
+                                "payload": {"lease_seconds": lease},
+                                "error": None,
+                            }
+                        ],
+                        worker=worker,
+                        now=now,
+                    )
+            return len(held)
 
     def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
         now = time.time()
@@ -522,11 +732,13 @@ class SQLiteStore:
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False)
         try:
             seen = conn.execute("PRAGMA data_version").fetchone()[0]
+            self._live.publish_all()  # what committed before that first read
             while not self._closed.wait(0.005):
                 version = conn.execute("PRAGMA data_version").fetchone()[0]
                 if version != seen:
                     seen = version
                     self.nudge()
+                    self._live.publish_all()  # another process may have appended events
         except sqlite3.Error:
             log.exception("sqlite watcher stopped; workers fall back to their due-time sleeps")
         finally:
@@ -537,21 +749,57 @@ class SQLiteStore:
         self, *, instance_id: str | None, envelope: dict[str, Any], reason: str, worker: str
     ) -> None:
         with self._write() as conn:
-            conn.execute(
-                Q["dead_letter"],
-                {
-                    "instance_id": instance_id,
-                    "envelope": dumps(envelope),
-                    "reason": reason,
-                    "worker": worker,
-                    "now": time.time(),
-                },
-            )
+            _insert_dead_letter(conn, instance_id, envelope, reason, worker, time.time())
 
     def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]:
         with wrap_errors():
             rows = self._conn().execute(Q["dead_letters"], {"limit": limit}).fetchall()
         return [{**dict(r), "envelope": json.loads(r["envelope"])} for r in rows]
+
+    # -- the inbox: type registry, redrive, retention ------------------------------------
+    def register_types(self, types: Sequence[str], *, by: str) -> None:
+        now = time.time()
+        with self._write() as conn:
+            for type_name in sorted(types):
+                conn.execute(Q["register_type"], {"type": type_name, "by": by, "now": now})
+
+    def registered_types(self) -> list[str]:
+        with wrap_errors():
+            rows = self._conn().execute(Q["registered_types"]).fetchall()
+        return [r["type"] for r in rows]
+
+    def dead_letter_get(self, letter_id: int) -> dict[str, Any] | None:
+        with wrap_errors():
+            row = self._conn().execute(Q["dead_letter_get"], {"id": letter_id}).fetchone()
+        return None if row is None else {**dict(row), "envelope": json.loads(row["envelope"])}
+
+    def mark_redriven(self, letter_id: int, *, instance_id: str | None, by: str) -> bool:
+        params = {"id": letter_id, "instance_id": instance_id, "by": by, "now": time.time()}
+        with self._write() as conn:
+            return conn.execute(Q["mark_redriven"], params).rowcount == 1
+
+    def soft_delete(self, instance_id: str) -> bool:
+        now = time.time()
+        with self._write() as conn:
+            if conn.execute(Q["soft_delete"], {"id": instance_id, "now": now}).rowcount != 1:
+                return False
+            deleted = {"node": None, "event_type": str(Ev.DELETED), "attempt": None}
+            self._insert_events(
+                conn, instance_id, [{**deleted, "payload": {}, "error": None}], worker=None, now=now
+            )
+            return True
+
+    def purge_batch(self, *, older_than: float, batch_size: int, soft: bool = False) -> int:
+        now = time.time()
+        params = {"cutoff": now - older_than, "batch": batch_size, "now": now}
+        with self._write() as conn:
+            query = Q["soft_purge_batch"] if soft else Q["purge_batch"]
+            return conn.execute(query, params).rowcount
+
+    def purge_dead_letters_batch(self, *, older_than: float, batch_size: int) -> int:
+        params = {"cutoff": time.time() - older_than, "batch": batch_size}
+        with self._write() as conn:
+            return conn.execute(Q["purge_dead_letters_batch"], params).rowcount
 
     def quarantine(self, instance_id: str, *, reason: str, worker: str) -> None:
         with self._write() as conn:
@@ -582,22 +830,76 @@ class SQLiteStore:
         )
         row = conn.execute(Q["raw_instance"], {"id": instance_id}).fetchone()
         envelope = dict(row) if row is not None else {"id": instance_id}
-        conn.execute(
-            Q["dead_letter"],
-            {
-                "instance_id": instance_id,
-                "envelope": dumps(envelope),
-                "reason": reason,
-                "worker": worker,
-                "now": now,
-            },
-        )
+        _insert_dead_letter(conn, instance_id, envelope, reason, worker, now)
 
     def rebuild(self, instance_id: str, projection: Projection) -> None:
         params = projection_params(projection, dumps)
         params.update(id=instance_id, now=time.time())
         with self._write() as conn:
             conn.execute(Q["rebuild"], params)
+
+    # -- signals and timers ---------------------------------------------------------------
+    def signal(self, new: NewSignal) -> int:
+        now = time.time()
+        try:
+            with self._write() as conn, wrap_errors():
+                row = conn.execute(
+                    Q["signal_insert"],
+                    {
+                        "instance_id": new.instance_id,
+                        "kind": "signal",
+                        "name": new.name,
+                        "payload": dumps(new.payload),
+                        "token": new.token,
+                        "due_at": now + new.delay,
+                        "now": now,
+                    },
+                ).fetchone()
+        except StoreError as exc:
+            # The trigger's refusals (sql/sqlite/005_signals.sql) become domain errors.
+            text = str(exc)
+            if "no such workflow instance" in text:
+                raise NotFound(f"no workflow instance {new.instance_id!r}") from None
+            if "has ended" in text:
+                raise InvalidState(
+                    f"workflow instance {new.instance_id} has ended; it takes no more signals"
+                ) from None
+            if "payload over the limit" in text:
+                # The limit in wf_settings (migration 009) is below this process's.
+                size = len(dumps(new.payload).encode())
+                what = f"signal {new.name!r} payload"
+                raise PayloadTooLarge(what, size, self._max_payload_bytes()) from None
+            raise
+        self.nudge()
+        return int(row["id"])
+
+    def _max_payload_bytes(self) -> int:
+        with wrap_errors():
+            row = self._conn().execute(Q["get_setting"], {"name": "max_payload_bytes"}).fetchone()
+        return DEFAULT_MAX_PAYLOAD_BYTES if row is None else int(row["value"])
+
+    def pending_signals(self, instance_id: str) -> list[SignalRecord]:
+        with wrap_errors():
+            rows = (
+                self._conn()
+                .execute(Q["signals_pending"], {"instance_id": instance_id, "now": time.time()})
+                .fetchall()
+            )
+        return [signal_record(r, decoded=False) for r in rows]
+
+    def signals(self, *, instance_id: str | None = None, limit: int = 100) -> list[SignalRecord]:
+        with wrap_errors():
+            rows = (
+                self._conn()
+                .execute(Q["signals_list"], {"instance_id": instance_id, "limit": limit})
+                .fetchall()
+            )
+        return [signal_record(r, decoded=False) for r in rows]
+
+    def signal_counts(self, *, instance_id: str | None = None) -> dict[str, int]:
+        with wrap_errors():
+            rows = self._conn().execute(Q["signal_counts"], {"instance_id": instance_id}).fetchall()
+        return signal_counts(rows)
 
     # -- DAG instances --------------------------------------------------------------------
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
@@ -684,12 +986,13 @@ class SQLiteStore:
             )
             return cur.rowcount == 1
 
-    def dag_snapshot(self, instance_id: str) -> DagSnapshot | None:
-        # The version is read first (see PostgresStore.dag_snapshot).
+    def dag_snapshot(self, instance_id: str, *, after_seq: int = 0) -> DagSnapshot | None:
+        # The version is read first: anything committed after it that matters bumps it,
+        # so the CAS of a decision made on this snapshot fails rather than misleads.
         inst = self.get(instance_id)
         if inst is None:
             return None
-        events = self.events(instance_id)
+        events = self.events(instance_id, after_seq=after_seq)
         with wrap_errors():
             rows = self._conn().execute(Q["dag_slots"], {"id": instance_id}).fetchall()
         return DagSnapshot(inst, events, tuple(r["slot"] for r in rows))
@@ -722,6 +1025,19 @@ class SQLiteStore:
                 worker=commit.worker,
                 now=now,
             )
+            if d.dead_letter is not None:
+                conn.execute(
+                    Q["dead_letter_instance"],
+                    {
+                        "id": commit.instance_id,
+                        "reason": d.dead_letter,
+                        "worker": commit.worker,
+                        "now": now,
+                        "step": None,
+                        "status": params["status"],
+                        "error": params["error"],
+                    },
+                )
             if d.finish:
                 conn.execute(Q["dag_tasks_finish"], {"instance_id": commit.instance_id})
             elif d.done is not None:
@@ -821,5 +1137,17 @@ def _type_filter(types: Sequence[str]) -> tuple[str, list[str]]:
 
 
 def _statements(script: str) -> list[str]:
-    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    # Split on complete statements, not on every ';': a trigger body holds several.
+    statements: list[str] = []
+    buf = ""
+    for line in script.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        buf += line + "\n"
+        if sqlite3.complete_statement(buf):
+            if buf.strip().rstrip(";").strip():
+                statements.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        statements.append(buf.strip())
+    return statements

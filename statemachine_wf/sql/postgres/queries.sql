@@ -5,9 +5,9 @@
 -- name: create
 WITH ins AS (
     INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
-                              parent_id)
-    VALUES (%(id)s, %(type)s, %(kind)s, 'PENDING', %(step)s, %(input)s, %(key)s,
-            %(priority)s, %(parent_id)s)
+                              parent_id, parent_node)
+    VALUES (%(id)s, %(type)s, %(kind)s, 'PENDING', nullif(%(step)s, ''), %(input)s, %(key)s,
+            %(priority)s, %(parent_id)s, %(parent_node)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, type
 ), ev AS (
@@ -16,10 +16,61 @@ WITH ins AS (
 ), task AS (
     INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at)
     SELECT id, '', %(step)s, %(kind)s, type, %(priority)s,
-           now() + %(delay)s * interval '1 second'
+           coalesce(to_timestamp(%(run_at)s::float8), now() + %(delay)s * interval '1 second')
     FROM ins
 )
 SELECT id, pg_notify(%(channel)s, type) FROM ins;
+
+-- name: create_many
+-- A batch of `create` in one statement: one row per position of the arrays. A known
+-- idempotency key (or one repeated in the batch) yields the existing (or first) id and
+-- inserts nothing; a key that already started another type refuses the whole batch
+-- (`clash`, nothing inserted). The snapshot does not see rows this statement inserts,
+-- so a repeated key is matched to its first occurrence through `ins`.
+WITH rows AS (
+    SELECT *
+    FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(kinds)s::text[], %(steps)s::text[],
+                %(inputs)s::jsonb[], %(keys)s::text[], %(priorities)s::integer[],
+                %(parent_ids)s::uuid[], %(parent_nodes)s::text[], %(delays)s::float8[],
+                %(run_ats)s::float8[])
+         WITH ORDINALITY
+         AS r(id, type, kind, step, input, key, priority, parent_id, parent_node, delay,
+              run_at, pos)
+), existing AS (
+    SELECT r.pos, i.id, i.type, i.type <> r.type AS clash
+    FROM rows r JOIN wf_instances i ON i.idempotency_key = r.key
+), ins AS (
+    INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
+                              parent_id, parent_node)
+    SELECT id, type, kind, 'PENDING', nullif(step, ''), input, key, priority, parent_id,
+           parent_node
+    FROM rows
+    WHERE NOT EXISTS (SELECT 1 FROM existing WHERE clash)
+    ORDER BY key, pos  -- one key order for every producer: overlapping batches can't deadlock
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, type, idempotency_key AS key
+), ev AS (
+    INSERT INTO wf_events (instance_id, event_type, payload)
+    SELECT r.id, 'WORKFLOW_CREATED',
+           jsonb_build_object('input', r.input, 'initial', nullif(r.step, ''))
+    FROM rows r JOIN ins ON ins.id = r.id
+), task AS (
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at)
+    SELECT r.id, '', r.step, r.kind, r.type, r.priority,
+           coalesce(to_timestamp(r.run_at), now() + r.delay * interval '1 second')
+    FROM rows r JOIN ins ON ins.id = r.id
+)
+SELECT r.pos,
+       coalesce(mine.id, e.id, first.id) AS id,
+       mine.id IS NOT NULL AS created,
+       e.type AS existing_type,
+       coalesce(e.clash, false) AS clash,
+       CASE WHEN mine.id IS NOT NULL THEN pg_notify(%(channel)s, r.type) END AS notified
+FROM rows r
+LEFT JOIN ins mine ON mine.id = r.id
+LEFT JOIN existing e ON e.pos = r.pos
+LEFT JOIN ins first ON first.key = r.key AND mine.id IS NULL
+ORDER BY r.pos;
 
 -- name: instance_by_key
 SELECT id FROM wf_instances WHERE idempotency_key = %(key)s;
@@ -32,16 +83,20 @@ SELECT *, (lease_owner IS NOT NULL AND due_at > now()) AS leased
 FROM wf_tasks WHERE instance_id = %(id)s AND slot = %(slot)s;
 
 -- name: events
-SELECT * FROM wf_events WHERE instance_id = %(id)s ORDER BY seq;
+SELECT * FROM wf_events WHERE instance_id = %(id)s AND seq > %(after)s ORDER BY seq;
 
 -- name: apply_head
 WITH inst AS (
     UPDATE wf_instances
     SET status = %(status)s, step = %(step)s, step_attempts = %(step_attempts)s,
         attempts = %(attempts)s, progress = %(progress)s, error = %(error)s,
-        cancel_requested = %(cancel_requested)s, version = version + 1, updated_at = now()
+        cancel_requested = %(cancel_requested)s, waits = %(waits)s,
+        waiting_key = %(waiting_key)s, waiting_kind = %(waiting_kind)s,
+        waiting_token = %(waiting_token)s,
+        waiting_until = to_timestamp(%(waiting_until)s::float8),
+        version = version + 1, updated_at = now()
     WHERE id = %(id)s AND version = %(version)s
-    RETURNING id, version, type, kind, priority
+    RETURNING id, version, type, kind, priority, parent_id, parent_node
 ), ev AS (
     INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
     SELECT inst.id, e.node, e.event_type, e.attempt, coalesce(e.payload, '{}'), e.error,
@@ -51,6 +106,20 @@ WITH inst AS (
                     AS (node text, event_type text, attempt int, payload jsonb, error jsonb))
          WITH ORDINALITY AS e (node, event_type, attempt, payload, error, ord)
     ORDER BY e.ord
+)
+
+-- name: apply_dead_letter
+-- Spliced between apply_head and its tail when the decision dead-letters the instance:
+-- the envelope is what started it (read from the row as it was before this statement).
+, dead AS (
+    INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
+    SELECT i.id,
+           jsonb_build_object('instance_id', i.id, 'type', i.type, 'kind', i.kind,
+                              'input', i.input, 'idempotency_key', i.idempotency_key,
+                              'priority', i.priority, 'step', %(step)s::text, 'status', %(status)s::text,
+                              'error', %(error)s::jsonb),
+           %(dead_letter)s, %(worker)s
+    FROM wf_instances i JOIN inst ON inst.id = i.id
 )
 
 -- name: apply_continue
@@ -78,6 +147,24 @@ SELECT version, pg_notify(%(channel)s, type) FROM inst;
 -- name: apply_finish
 , task AS (
     DELETE FROM wf_tasks t USING inst WHERE t.instance_id = inst.id AND t.slot = ''
+), sig_end AS (
+    -- An instance that ends dead-letters the signals it never applied and voids its
+    -- timers (rows this commit settles itself excepted).
+    UPDATE wf_signals s
+    SET state = CASE WHEN s.kind = 'timer' THEN 'void' ELSE 'dead' END, settled_at = now()
+    FROM inst
+    WHERE s.instance_id = inst.id AND s.state = 'pending'
+      AND s.id NOT IN (SELECT (x ->> 'id')::bigint
+                       FROM jsonb_array_elements(%(settled)s::jsonb) AS x)
+    RETURNING s.*
+), sig_end_dead AS (
+    INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
+    SELECT e.instance_id,
+           jsonb_build_object('signal', e.id, 'instance_id', e.instance_id, 'kind', e.kind,
+                              'name', e.name, 'payload', e.payload,
+                              'tokened', e.token IS NOT NULL),
+           'the instance ended before the signal was applied', %(worker)s
+    FROM sig_end e WHERE e.kind = 'signal'
 ), rel AS (
     -- An instance that ends releases its locks and wakes their waiters, in the same commit.
     DELETE FROM wf_locks l USING inst WHERE l.holder = inst.id RETURNING l.key
@@ -85,11 +172,84 @@ SELECT version, pg_notify(%(channel)s, type) FROM inst;
     UPDATE wf_tasks SET due_at = now()
     WHERE lease_owner IS NULL
       AND instance_id IN (SELECT w.instance_id FROM wf_lock_waiters w JOIN rel ON rel.key = w.key)
+    RETURNING id
+), parent AS (
+    -- A sub-workflow that ends makes its parent's waiting node task due, in this commit.
+    -- The row is matched whatever its lease (so a parent parking it right now is waited
+    -- for, then woken) and left as it is while a runner holds it: that runner re-reads
+    -- the child after parking (docs/architecture.md, "Sub-workflows").
+    UPDATE wf_tasks t
+    SET due_at = CASE WHEN t.lease_owner IS NULL THEN now() ELSE t.due_at END
+    FROM inst
+    WHERE t.instance_id = inst.parent_id AND t.slot = inst.parent_node
+    RETURNING t.lease_owner IS NULL AS due
 )
-SELECT version, pg_notify(%(channel)s, 'finish') FROM inst;
+-- Notify only when this commit made another task due: NOTIFY takes a database-wide lock
+-- held until the commit is flushed, so a notify on every finish serialises the commits of
+-- every runner (docs/architecture.md, "Waking up").
+SELECT version,
+       CASE WHEN EXISTS (SELECT 1 FROM woke) OR EXISTS (SELECT 1 FROM parent WHERE due)
+            THEN pg_notify(%(channel)s, 'finish') END AS notified
+FROM inst;
 
 -- name: apply_keep
 SELECT version FROM inst;
+
+-- name: apply_signals
+-- The wf_signals side of a decision: settle the rows it read, dead-letter the rejected
+-- ones, insert the wait's timer (a signal of kind 'timer' due at the deadline).
+, sig AS (
+    UPDATE wf_signals s SET state = o.state, settled_at = now()
+    FROM inst, jsonb_to_recordset(%(settled)s::jsonb) AS o (id bigint, state text)
+    WHERE s.id = o.id AND s.instance_id = inst.id AND s.state = 'pending'
+), sig_dead AS (
+    INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
+    SELECT inst.id, d.envelope, d.reason, %(worker)s
+    FROM inst, jsonb_to_recordset(%(dead)s::jsonb) AS d (envelope jsonb, reason text)
+), timer AS (
+    INSERT INTO wf_signals (instance_id, kind, name, token, due_at)
+    SELECT inst.id, 'timer', 'timer', %(timer_token)s, to_timestamp(%(timer_due)s::float8)
+    FROM inst WHERE %(timer_token)s::text IS NOT NULL
+)
+
+-- name: apply_park
+-- The step waits: parked until its deadline (none: 100 years), or until a pending signal
+-- that may concern the wait is due - one with a token, or an untokened one of its name -
+-- other than those this commit settles.
+, task AS (
+    UPDATE wf_tasks t
+    SET node = %(node)s, in_flight = false, failures = %(failures)s, lease_owner = NULL,
+        due_at = least(
+            coalesce(to_timestamp(%(until)s::float8), now() + interval '100 years'),
+            (SELECT min(s.due_at) FROM wf_signals s
+             WHERE s.instance_id = inst.id AND s.state = 'pending' AND s.kind = 'signal'
+               AND (s.token IS NOT NULL OR s.name = %(wait_name)s)
+               AND s.id NOT IN (SELECT (x ->> 'id')::bigint
+                                FROM jsonb_array_elements(%(settled)s::jsonb) AS x)))
+    FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
+)
+SELECT version, pg_notify(%(channel)s, type) FROM inst;
+
+-- name: signal_insert
+INSERT INTO wf_signals (instance_id, name, payload, token, due_at)
+VALUES (%(instance_id)s, %(name)s, %(payload)s, %(token)s,
+        now() + %(delay)s * interval '1 second')
+RETURNING id;
+
+-- name: signals_pending
+SELECT * FROM wf_signals
+WHERE instance_id = %(instance_id)s AND state = 'pending' AND due_at <= now()
+ORDER BY due_at, id;
+
+-- name: signals_list
+SELECT * FROM wf_signals
+WHERE (%(instance_id)s::uuid IS NULL OR instance_id = %(instance_id)s::uuid)
+ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: signal_counts
+SELECT state, count(*) AS n FROM wf_signals
+WHERE (%(instance_id)s::uuid IS NULL OR instance_id = %(instance_id)s::uuid)
+GROUP BY state;
 
 -- name: claim
 WITH picked AS (
@@ -102,7 +262,8 @@ WITH picked AS (
     SELECT t.id AS task_id, t.node, i.id AS instance_id, i.version,
            coalesce((i.attempts ->> t.node)::int, 0) + 1 AS next_attempt,
            (i.kind = 'machine' AND NOT t.in_flight AND NOT i.cancel_requested
-            AND i.status IN ('PENDING', 'RUNNING', 'STALLED')) AS fast
+            AND t.node <> '' AND i.status IN ('PENDING', 'RUNNING', 'STALLED')
+            AND i.waiting_key IS NULL) AS fast
     FROM picked p
     JOIN wf_tasks t ON t.id = p.id
     JOIN wf_instances i ON i.id = t.instance_id
@@ -134,7 +295,14 @@ WITH picked AS (
     WHERE t.id = p.task_id
     RETURNING t.*, coalesce(b.fast, false) AS started
 )
-SELECT c.*, true AS leased, to_jsonb(b) AS instance
+-- A waiting instance comes with its due pending rows (signals_pending), so a resume is
+-- two round trips: this claim and the deliver commit.
+SELECT c.*, true AS leased, to_jsonb(b) AS instance,
+       CASE WHEN b.waiting_key IS NOT NULL AND NOT b.fast THEN
+           (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.due_at, s.id), '[]'::jsonb)
+            FROM wf_signals s
+            WHERE s.instance_id = c.instance_id AND s.state = 'pending' AND s.due_at <= now())
+       END AS signals
 FROM claimed c LEFT JOIN bumped b ON b.id = c.instance_id;
 
 -- name: claim_instance_lock
@@ -158,6 +326,33 @@ RETURNING *, true AS leased;
 -- name: heartbeat
 UPDATE wf_tasks SET due_at = now() + %(lease)s * interval '1 second'
 WHERE lease_owner = %(worker)s AND due_at > now();
+
+-- name: heartbeat_logged
+-- The same extension, and a HEARTBEAT event for every claim already seen held at an
+-- earlier heartbeat whose last logged one is %(every)s seconds old (locked first, so the
+-- decision to log and the extension see the same claim).
+WITH held AS (
+    SELECT id,
+           (heartbeat_at IS NOT NULL AND heartbeat_token IS NOT DISTINCT FROM lease_token
+            AND heartbeat_at <= now() - %(every)s * interval '1 second') AS log,
+           (heartbeat_at IS NULL OR heartbeat_token IS DISTINCT FROM lease_token) AS first
+    FROM wf_tasks
+    WHERE lease_owner = %(worker)s AND due_at > now()
+    FOR UPDATE
+), ext AS (
+    UPDATE wf_tasks t
+    SET due_at = now() + %(lease)s * interval '1 second',
+        heartbeat_token = t.lease_token,
+        heartbeat_at = CASE WHEN h.log OR h.first THEN now() ELSE t.heartbeat_at END
+    FROM held h WHERE t.id = h.id
+    RETURNING t.instance_id, t.node, t.attempt, h.log
+), ev AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
+    SELECT instance_id, node, 'HEARTBEAT', attempt,
+           jsonb_build_object('lease_seconds', %(lease)s::float8), %(worker)s
+    FROM ext WHERE log
+)
+SELECT count(*) AS n FROM ext;
 
 -- name: release
 UPDATE wf_tasks SET lease_owner = NULL, due_at = now()
@@ -201,7 +396,10 @@ SELECT id, to_jsonb(inst), %(reason)s, %(worker)s FROM inst;
 UPDATE wf_instances
 SET status = %(status)s, step = %(step)s, step_attempts = %(step_attempts)s,
     attempts = %(attempts)s, progress = %(progress)s, error = %(error)s,
-    cancel_requested = %(cancel_requested)s, version = version + 1, updated_at = now()
+    cancel_requested = %(cancel_requested)s, waits = %(waits)s,
+    waiting_key = %(waiting_key)s, waiting_kind = %(waiting_kind)s,
+    waiting_token = %(waiting_token)s, waiting_until = to_timestamp(%(waiting_until)s::float8),
+    version = version + 1, updated_at = now()
 WHERE id = %(id)s;
 
 -- name: lock_acquire
@@ -232,7 +430,7 @@ WITH rel AS (
     RETURNING instance_id
 )
 SELECT (SELECT count(*) FROM rel) AS released, (SELECT count(*) FROM woke) AS woken,
-       pg_notify(%(channel)s, 'lock');
+       CASE WHEN EXISTS (SELECT 1 FROM woke) THEN pg_notify(%(channel)s, 'lock') END;
 
 -- name: lock_holder
 SELECT holder FROM wf_locks WHERE key = %(key)s;
@@ -243,7 +441,20 @@ WITH woke AS (
     WHERE instance_id = ANY(%(ids)s) AND lease_owner IS NULL
     RETURNING instance_id
 )
-SELECT count(*), pg_notify(%(channel)s, 'wake') FROM woke;
+SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify(%(channel)s, 'wake') END FROM woke;
+
+-- name: wake_parent
+WITH woke AS (
+    UPDATE wf_tasks t SET due_at = now()
+    FROM wf_instances c
+    WHERE c.id = %(id)s AND t.instance_id = c.parent_id AND t.slot = c.parent_node
+      AND t.lease_owner IS NULL
+    RETURNING t.id
+)
+SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify(%(channel)s, 'wake') END FROM woke;
+
+-- name: children
+SELECT * FROM wf_instances WHERE parent_id = %(id)s ORDER BY created_at;
 
 -- DAG instances (kind = 'dag'): one task per dispatched node, slot = node id. --------
 
@@ -276,12 +487,16 @@ SELECT id, pg_notify(%(channel)s, type) FROM ins;
 
 -- name: dag_claim
 -- Lease and intent in one commit: the node's next try and its NODE_STARTED.
+-- The instance row is locked too (skipped if busy, so a claim never waits while holding
+-- task rows): every event of an instance takes its seq under that lock, so its log
+-- commits in seq order and a reader at seq s has seen everything below s (live.py).
 WITH picked AS (
-    SELECT id FROM wf_tasks
-    WHERE due_at <= now() AND type = ANY(%(types)s) AND kind = 'dag'
-    ORDER BY priority, due_at
+    SELECT t.id FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
+    WHERE t.due_at <= now() AND t.type = ANY(%(types)s) AND t.kind = 'dag'
+    ORDER BY t.priority, t.due_at
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
+    FOR NO KEY UPDATE OF i SKIP LOCKED
 ), claimed AS (
     UPDATE wf_tasks t
     SET lease_owner = %(worker)s, due_at = now() + %(lease)s * interval '1 second',
@@ -300,15 +515,27 @@ FROM claimed c JOIN wf_instances i ON i.id = c.instance_id;
 
 -- name: dag_record
 -- A node's result, once: a duplicate delivery hits the unique index and writes nothing.
+-- Under the instance's row lock, like every event (see dag_claim).
 INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
 SELECT id, %(node)s, %(event_type)s, %(attempt)s, %(payload)s, %(error)s, %(worker)s
 FROM wf_instances
 WHERE id = %(id)s AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+FOR NO KEY UPDATE
 ON CONFLICT DO NOTHING
 RETURNING seq;
 
 -- name: dag_slots
 SELECT slot FROM wf_tasks WHERE instance_id = %(id)s ORDER BY slot;
+
+-- name: dag_snapshot
+-- One statement, so one MVCC snapshot: the instance row (its version), its events after
+-- %(after)s (a cached view's tail) and its open node tasks.
+SELECT to_jsonb(i) AS instance,
+       ARRAY(SELECT t.slot FROM wf_tasks t WHERE t.instance_id = i.id ORDER BY t.slot)
+           AS slots,
+       coalesce((SELECT jsonb_agg(to_jsonb(e) ORDER BY e.seq) FROM wf_events e
+                 WHERE e.instance_id = i.id AND e.seq > %(after)s), '[]'::jsonb) AS events
+FROM wf_instances i WHERE i.id = %(id)s;
 
 -- name: dag_apply
 -- One CAS commit: the version-checked instance row, the events, and the node tasks.
@@ -338,13 +565,29 @@ WITH inst AS (
         in_flight = false, lease_owner = NULL
     FROM inst
     WHERE t.instance_id = inst.id AND t.slot = %(retry)s AND t.lease_owner = %(worker)s
+    RETURNING t.id
 ), added AS (
     INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt)
     SELECT inst.id, d.node, d.node, 'dag', inst.type, inst.priority,
            now() + d.delay * interval '1 second', d.attempt
     FROM inst, jsonb_to_recordset(%(dispatch)s::jsonb) AS d (node text, delay float8, attempt int)
+    RETURNING id
+), dead AS (
+    INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
+    SELECT i.id,
+           jsonb_build_object('instance_id', i.id, 'type', i.type, 'input', i.input,
+                              'idempotency_key', i.idempotency_key, 'priority', i.priority,
+                              'kind', i.kind, 'status', %(status)s::text,
+                              'error', %(error)s::jsonb),
+           %(dead_letter)s::text, %(worker)s
+    FROM wf_instances i JOIN inst ON inst.id = i.id
+    WHERE %(dead_letter)s::text IS NOT NULL
 )
-SELECT version, pg_notify(%(channel)s, type) FROM inst;
+-- Notify only when a node task was added or rescheduled (see apply_finish).
+SELECT version,
+       CASE WHEN EXISTS (SELECT 1 FROM added) OR EXISTS (SELECT 1 FROM retried)
+            THEN pg_notify(%(channel)s, type) END AS notified
+FROM inst;
 
 -- name: dag_save
 INSERT INTO wf_dag_definitions (name, version, definition)
@@ -374,3 +617,94 @@ DELETE FROM wf_dag_definitions WHERE name = %(name)s;
 DELETE FROM wf_instances
 WHERE id = %(id)s AND id IN (SELECT instance_id FROM wf_dag_runs WHERE test)
 RETURNING id;
+
+-- The inbox: type registry, dead-letter redrive, soft delete, retention. -------------
+
+-- name: register_type
+INSERT INTO wf_types (type, registered_by) VALUES (%(type)s, %(by)s)
+ON CONFLICT (type) DO UPDATE SET registered_by = excluded.registered_by, updated_at = now();
+
+-- name: registered_types
+SELECT type FROM wf_types ORDER BY type;
+
+-- name: dead_letter_get
+SELECT * FROM wf_dead_letters WHERE id = %(id)s;
+
+-- name: mark_redriven
+UPDATE wf_dead_letters
+SET redriven_at = now(), redriven_by = %(by)s, redrive_instance_id = %(instance_id)s
+WHERE id = %(id)s AND redriven_at IS NULL;
+
+-- name: soft_delete
+WITH gone AS (
+    UPDATE wf_instances SET deleted_at = now()
+    WHERE id = %(id)s AND deleted_at IS NULL
+      AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+    RETURNING id
+), ev AS (
+    INSERT INTO wf_events (instance_id, event_type) SELECT id, 'WORKFLOW_DELETED' FROM gone
+)
+SELECT id FROM gone;
+
+-- name: purge_batch
+-- Locked, then deleted: a row that an operator made active again (retry) in between is
+-- re-checked under the lock and skipped. Events, tasks and DAG runs go by cascade.
+WITH doomed AS (
+    SELECT id FROM wf_instances
+    WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+      AND created_at < now() - %(age)s * interval '1 second'
+      AND updated_at < now() - %(age)s * interval '1 second'
+    ORDER BY created_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM wf_instances i USING doomed d WHERE i.id = d.id
+RETURNING i.id;
+
+-- name: soft_purge_batch
+WITH doomed AS (
+    SELECT id FROM wf_instances
+    WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND deleted_at IS NULL
+      AND created_at < now() - %(age)s * interval '1 second'
+      AND updated_at < now() - %(age)s * interval '1 second'
+    ORDER BY created_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE wf_instances i SET deleted_at = now() FROM doomed d WHERE i.id = d.id
+RETURNING i.id;
+
+-- Live updates (statemachine_wf.live, migration 008). ------------------------------------
+
+-- name: live_watch
+-- Register a watcher. The instance row lock waits out any writer in flight: each one
+-- appends under that lock and checks for watchers after it, so whatever commits after
+-- this statement notifies, and whatever committed before it the watcher's first read sees.
+INSERT INTO wf_live_watches (token, instance_id)
+SELECT %(token)s, id FROM wf_instances WHERE id = %(id)s FOR NO KEY UPDATE
+RETURNING token;
+
+-- name: live_unwatch
+DELETE FROM wf_live_watches WHERE token = %(token)s;
+
+-- name: live_sweep
+-- Registrations left by a watcher that died: kept until their instance ends, then gone.
+DELETE FROM wf_live_watches w USING wf_instances i
+WHERE i.id = w.instance_id AND i.status IN ('COMPLETED', 'FAILED', 'CANCELLED');
+
+-- name: set_setting
+INSERT INTO wf_settings (name, value) VALUES (%(name)s, %(value)s)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = now()
+WHERE wf_settings.value IS DISTINCT FROM excluded.value;
+
+-- name: purge_dead_letters_batch
+-- Every letter older than the age goes, redriven or not (docs/architecture.md).
+WITH doomed AS (
+    SELECT id FROM wf_dead_letters
+    WHERE created_at < now() - %(age)s * interval '1 second'
+    ORDER BY created_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM wf_dead_letters d USING doomed WHERE d.id = doomed.id
+RETURNING d.id;

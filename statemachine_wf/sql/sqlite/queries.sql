@@ -3,8 +3,9 @@
 
 -- name: insert_instance
 INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
-                          parent_id, created_at, updated_at)
-VALUES (:id, :type, :kind, 'PENDING', :step, :input, :key, :priority, :parent_id, :now, :now);
+                          parent_id, parent_node, created_at, updated_at)
+VALUES (:id, :type, :kind, 'PENDING', :step, :input, :key, :priority, :parent_id, :parent_node,
+        :now, :now);
 
 -- name: insert_event
 INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
@@ -24,12 +25,14 @@ SELECT * FROM wf_instances WHERE id = :id;
 SELECT * FROM wf_tasks WHERE instance_id = :id AND slot = :slot;
 
 -- name: events
-SELECT * FROM wf_events WHERE instance_id = :id ORDER BY seq;
+SELECT * FROM wf_events WHERE instance_id = :id AND seq > :after ORDER BY seq;
 
 -- name: update_projection
 UPDATE wf_instances
 SET status = :status, step = :step, step_attempts = :step_attempts, attempts = :attempts,
     progress = :progress, error = :error, cancel_requested = :cancel_requested,
+    waits = :waits, waiting_key = :waiting_key, waiting_kind = :waiting_kind,
+    waiting_token = :waiting_token, waiting_until = :waiting_until,
     version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
 
@@ -62,6 +65,24 @@ WHERE id = :task_id;
 -- name: heartbeat
 UPDATE wf_tasks SET due_at = :due_at WHERE lease_owner = :worker AND due_at > :now;
 
+-- name: heartbeat_held
+SELECT id, instance_id, node, attempt, lease_token, heartbeat_token, heartbeat_at
+FROM wf_tasks WHERE lease_owner = :worker AND due_at > :now;
+
+-- name: heartbeat_one
+UPDATE wf_tasks SET due_at = :due_at, heartbeat_token = lease_token, heartbeat_at = :at
+WHERE id = :id;
+
+-- name: dead_letter_instance
+-- The decision dead-letters its instance: the envelope is what started it.
+INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
+SELECT id,
+       json_object('instance_id', id, 'type', type, 'kind', kind, 'input', json(input),
+                   'idempotency_key', idempotency_key, 'priority', priority,
+                   'step', :step, 'status', :status, 'error', json(:error)),
+       :reason, :worker, :now
+FROM wf_instances WHERE id = :id;
+
 -- name: release
 UPDATE wf_tasks SET lease_owner = NULL, due_at = :now
 WHERE lease_owner = :worker AND instance_id = :instance_id;
@@ -83,6 +104,8 @@ SELECT * FROM wf_dead_letters ORDER BY id DESC LIMIT :limit;
 UPDATE wf_instances
 SET status = :status, step = :step, step_attempts = :step_attempts, attempts = :attempts,
     progress = :progress, error = :error, cancel_requested = :cancel_requested,
+    waits = :waits, waiting_key = :waiting_key, waiting_kind = :waiting_kind,
+    waiting_token = :waiting_token, waiting_until = :waiting_until,
     version = version + 1, updated_at = :now
 WHERE id = :id;
 
@@ -122,6 +145,78 @@ WHERE lease_owner IS NULL
 
 -- name: wake_instance
 UPDATE wf_tasks SET due_at = :now WHERE instance_id = :id AND lease_owner IS NULL;
+
+-- Signals and timers (005). ----------------------------------------------------------
+
+-- name: task_park
+-- The step waits: parked until its deadline, or until a pending signal that may concern
+-- the wait is due (one with a token, or an untokened one of its name) - but not one this
+-- very commit settles (:settled_ids is a JSON array).
+UPDATE wf_tasks
+SET node = :node, in_flight = 0, failures = :failures, lease_owner = NULL,
+    due_at = min(:until, coalesce(
+        (SELECT min(s.due_at) FROM wf_signals s
+         WHERE s.instance_id = :instance_id AND s.state = 'pending' AND s.kind = 'signal'
+           AND (s.token IS NOT NULL OR s.name = :wait_name)
+           AND s.id NOT IN (SELECT value FROM json_each(:settled_ids))),
+        :until))
+WHERE instance_id = :instance_id AND slot = '';
+
+-- name: signal_insert
+INSERT INTO wf_signals (instance_id, kind, name, payload, token, due_at, created_at)
+VALUES (:instance_id, :kind, :name, :payload, :token, :due_at, :now)
+RETURNING id;
+
+-- name: signal_settle
+UPDATE wf_signals SET state = :state, settled_at = :now
+WHERE id = :id AND instance_id = :instance_id AND state = 'pending';
+
+-- name: signals_end_dead
+-- An instance that ends dead-letters the signals it never applied and voids its timers.
+INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
+SELECT instance_id,
+       json_object('signal', id, 'instance_id', instance_id, 'kind', kind, 'name', name,
+                   'payload', json(CASE WHEN json_valid(payload) THEN payload ELSE json_quote(payload) END),
+                   'tokened', json(CASE WHEN token IS NULL THEN 'false' ELSE 'true' END)),
+       'the instance ended before the signal was applied', :worker, :now
+FROM wf_signals
+WHERE instance_id = :instance_id AND state = 'pending' AND kind = 'signal';
+
+-- name: signals_end
+UPDATE wf_signals
+SET state = CASE WHEN kind = 'timer' THEN 'void' ELSE 'dead' END, settled_at = :now
+WHERE instance_id = :instance_id AND state = 'pending';
+
+-- name: signals_pending
+SELECT * FROM wf_signals
+WHERE instance_id = :instance_id AND state = 'pending' AND due_at <= :now
+ORDER BY due_at, id;
+
+-- name: signals_list
+SELECT * FROM wf_signals
+WHERE (:instance_id IS NULL OR instance_id = :instance_id)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: signal_counts
+SELECT state, count(*) AS n FROM wf_signals
+WHERE (:instance_id IS NULL OR instance_id = :instance_id)
+GROUP BY state;
+-- name: finish_wake_parent
+-- A sub-workflow that ends makes its parent's waiting node task due, in the same commit
+-- (left alone while a runner holds it: that runner re-reads the child after parking).
+UPDATE wf_tasks
+SET due_at = CASE WHEN lease_owner IS NULL THEN :now ELSE due_at END
+WHERE (instance_id, slot) IN (SELECT parent_id, parent_node FROM wf_instances
+                             WHERE id = :id AND parent_node IS NOT NULL);
+
+-- name: wake_parent
+UPDATE wf_tasks SET due_at = :now
+WHERE lease_owner IS NULL
+  AND (instance_id, slot) IN (SELECT parent_id, parent_node FROM wf_instances
+                             WHERE id = :id AND parent_node IS NOT NULL);
+
+-- name: children
+SELECT * FROM wf_instances WHERE parent_id = :id ORDER BY created_at;
 
 -- DAG instances (kind = 'dag'): one task per dispatched node, slot = node id. --------
 
@@ -207,3 +302,53 @@ DELETE FROM wf_dag_definitions WHERE name = :name;
 -- name: dag_delete_test_run
 DELETE FROM wf_instances
 WHERE id = :id AND id IN (SELECT instance_id FROM wf_dag_runs WHERE test);
+
+-- The inbox: type registry, dead-letter redrive, soft delete, retention. -------------
+
+-- name: register_type
+INSERT INTO wf_types (type, registered_by, updated_at) VALUES (:type, :by, :now)
+ON CONFLICT (type) DO UPDATE SET registered_by = excluded.registered_by,
+                                 updated_at = excluded.updated_at;
+
+-- name: registered_types
+SELECT type FROM wf_types ORDER BY type;
+
+-- name: dead_letter_get
+SELECT * FROM wf_dead_letters WHERE id = :id;
+
+-- name: mark_redriven
+UPDATE wf_dead_letters
+SET redriven_at = :now, redriven_by = :by, redrive_instance_id = :instance_id
+WHERE id = :id AND redriven_at IS NULL;
+
+-- name: soft_delete
+UPDATE wf_instances SET deleted_at = :now
+WHERE id = :id AND deleted_at IS NULL AND status IN ('COMPLETED', 'FAILED', 'CANCELLED');
+
+-- name: purge_batch
+-- One writer at a time (BEGIN IMMEDIATE): the status checked here is the one deleted.
+DELETE FROM wf_instances
+WHERE id IN (SELECT id FROM wf_instances
+             WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+               AND created_at < :cutoff AND updated_at < :cutoff
+             ORDER BY created_at LIMIT :batch);
+
+-- name: soft_purge_batch
+UPDATE wf_instances SET deleted_at = :now
+WHERE id IN (SELECT id FROM wf_instances
+             WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND deleted_at IS NULL
+               AND created_at < :cutoff AND updated_at < :cutoff
+             ORDER BY created_at LIMIT :batch);
+
+-- name: set_setting
+INSERT INTO wf_settings (name, value, updated_at) VALUES (:name, :value, :now)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at
+WHERE wf_settings.value IS NOT excluded.value;
+
+-- name: get_setting
+SELECT value FROM wf_settings WHERE name = :name;
+
+-- name: purge_dead_letters_batch
+DELETE FROM wf_dead_letters
+WHERE id IN (SELECT id FROM wf_dead_letters WHERE created_at < :cutoff
+             ORDER BY created_at LIMIT :batch);

@@ -1,0 +1,58 @@
+"""Size limits on what producers hand the runtime, checked before anything is written.
+
+A payload (a run's input, a signal's payload) is measured as the compact JSON the store
+keeps. The default limit is 256 KiB, like Temporal's default blob warning size scaled down
+for a row in a relational table; ``SWF_MAX_PAYLOAD_BYTES`` changes it. The SQL producer
+paths check the limit too, read from the ``wf_settings`` row ``max_payload_bytes``
+(migration 009); PostgreSQL measures the JSON text it stores (a space after each ``,`` and
+``:``), so near the limit it can refuse what this module's compact measure let through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .errors import PayloadTooLarge
+
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+
+
+def max_payload_bytes() -> int:
+    """The limit in force: ``SWF_MAX_PAYLOAD_BYTES`` if set, else 256 KiB."""
+    configured = configured_max_payload_bytes()
+    return DEFAULT_MAX_PAYLOAD_BYTES if configured is None else configured
+
+
+def configured_max_payload_bytes() -> int | None:
+    """``SWF_MAX_PAYLOAD_BYTES`` if set (validated), else None.
+
+    ``migrate`` writes it to the ``wf_settings`` row ``max_payload_bytes`` that the SQL
+    producer paths (``swf_start``, the ``wf_start`` view, inserts into ``wf_signals``)
+    check; when it is not set the row keeps its value.
+    """
+    raw = os.environ.get("SWF_MAX_PAYLOAD_BYTES")
+    if not raw:
+        return None
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be an integer, got {raw!r}") from None
+    if not 1 <= limit < 10**18:
+        raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be from 1 to 10**18 - 1, got {limit}")
+    return limit
+
+
+def check_payload(what: str, value: Any, limit: int | None = None) -> int:
+    """Return the JSON size of ``value`` in bytes.
+
+    Raises:
+        PayloadTooLarge: it is over ``limit`` (default :func:`max_payload_bytes`); the
+            message names ``what``, the size and the limit.
+    """
+    size = len(json.dumps(value, separators=(",", ":"), default=str).encode())
+    cap = max_payload_bytes() if limit is None else limit
+    if size > cap:
+        raise PayloadTooLarge(what, size, cap)
+    return size

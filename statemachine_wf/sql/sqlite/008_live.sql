@@ -1,0 +1,3 @@
+-- Live updates need no schema change on SQLite: each connection of the store installs a
+-- TEMP trigger on wf_events that calls back into the process (see stores/sqlite.py and
+-- statemachine_wf/live.py). This file keeps the two dialects' schema versions equal.
