@@ -2,7 +2,12 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["tests.plugins.stores", "tests.plugins.anvil", "tests.plugins.arlocal"]
+pytest_plugins = [
+    "tests.plugins.stores",
+    "tests.plugins.anvil",
+    "tests.plugins.arlocal",
+    "tests.plugins.throwaway_pg",
+]
 
 # Hypothesis profiles: `dev` explores more locally, `ci` is sized for the 90-minute CI run.
 # `ci` is derandomized: CI explores the same 40 examples every run, so a red CI is a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any, ClassVar
@@ -440,6 +441,72 @@ def test_step_timeout_is_retried(store: Store) -> None:
     failed = [e for e in client.history(i) if e.event_type == "STEP_FAILED"]
     assert failed[0].error is not None
     assert failed[0].error["code"] == "timeout"
+
+
+class SocketTimeouts(Workflow[In, Pr]):
+    """Actions that raise the built-in TimeoutError themselves, well inside any deadline."""
+
+    workflow_type = "t.socket_timeouts.v1"
+    retry_policy = FAST
+    errors: ClassVar[ErrorMap] = {TimeoutError: Fail}
+
+    @step(initial=True, to="timed_sync")
+    def untimed(self, ctx: Ctx) -> str:
+        if ctx.input.mode == "untimed":
+            raise TimeoutError("read timed out (socket)")
+        return "timed_sync"
+
+    @step(to="timed_async", timeout=30)
+    def timed_sync(self, ctx: Ctx) -> str:
+        if ctx.input.mode == "timed_sync":
+            raise TimeoutError("read timed out (socket)")
+        return "timed_async"
+
+    @step(to=COMPLETED, timeout=30)
+    async def timed_async(self, ctx: Ctx) -> None:
+        if ctx.input.mode == "timed_async":
+            raise TimeoutError("read timed out (socket)")
+
+
+@pytest.mark.parametrize("mode", ["untimed", "timed_sync", "timed_async"])
+def test_an_actions_own_timeout_error_is_not_the_step_timeout(store: Store, mode: str) -> None:
+    # The step's error map (TimeoutError -> Fail) applies: FAILED at once, no retry, and
+    # the error is the action's, not "timed out after None s".
+    client = Client(store, [SocketTimeouts])
+    i = client.start(SocketTimeouts, In(mode=mode))
+    run(store, [SocketTimeouts], {})
+    record = client.get(i)
+    assert record.status == Status.FAILED
+    assert record.error is not None
+    assert record.error["step"] == mode
+    assert record.error["code"] == "TimeoutError"
+    assert record.error["message"] == "read timed out (socket)"
+    failed = [e for e in client.history(i) if e.event_type == "STEP_FAILED"]
+    assert len(failed) == 1  # mapped to Fail: not retried as a timeout would be
+
+
+def test_async_step_timeout_is_retried(store: Store) -> None:
+    class AsyncTimed(Workflow[In, Pr]):
+        workflow_type = "t.async_timed.v1"
+        retry_policy = FAST
+        seen: list[int]
+
+        @step(initial=True, to=COMPLETED, timeout=0.2)
+        async def slow(self, ctx: Ctx) -> None:
+            self.seen.append(ctx.attempt)
+            if ctx.attempt == 1:
+                await asyncio.sleep(5)
+
+    seen: list[int] = []
+    client = Client(store, [AsyncTimed])
+    i = client.start(AsyncTimed, In())
+    run(store, [AsyncTimed], {"seen": seen})
+    assert client.status(i) == Status.COMPLETED
+    assert seen == [1, 2]
+    failed = [e for e in client.history(i) if e.event_type == "STEP_FAILED"]
+    assert failed[0].error is not None
+    assert failed[0].error["code"] == "timeout"
+    assert failed[0].error["message"] == "step 'slow' timed out after 0.2 s"
 
 
 def test_corrupt_row_is_quarantined_and_the_runner_keeps_going(sqlite_store: Store) -> None:

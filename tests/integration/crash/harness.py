@@ -72,8 +72,9 @@ def poll_until(
 class Children:
     """Runner child processes of one test; every one still alive is killed on exit."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, script: Path = WORKER) -> None:
         self.target = target
+        self.script = script
         self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
 
     def __enter__(self) -> Children:
@@ -108,7 +109,7 @@ class Children:
         log = self.target.log_dir / f"{worker_id}-{len(self.procs)}.log"
         cmd = [
             sys.executable,
-            str(WORKER),
+            str(self.script),
             *self.target.args(),
             "--worker-id",
             worker_id,

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from collections import Counter
 from typing import Any
 
@@ -95,7 +94,6 @@ def test_four_runner_processes_on_postgres_complete_1000_instances_once(
 
     try:
         workers = [f"pg-{k}" for k in range(4)]
-        started = time.monotonic()
         with Children(pg_target) as kids:
             lease = 2.0 if victim else 30.0
             procs = [
@@ -115,7 +113,6 @@ def test_four_runner_processes_on_postgres_complete_1000_instances_once(
                 what=f"{n} instances on four Postgres runners",
                 interval=0.25,
             )
-            elapsed = time.monotonic() - started
             for proc in procs[1:] if victim else procs:
                 kids.terminate(proc)
             if victim:
@@ -169,7 +166,15 @@ def test_four_runner_processes_on_postgres_complete_1000_instances_once(
             assert taken_over >= 1
         else:
             assert reruns == 0, "an action ran twice without any crash"
-        assert elapsed < 60, f"{n} instances took {elapsed:.1f} s"
+        # No stall behind the scenes: nothing failed or timed out, and (with no victim,
+        # whose 2 s lease a starved live runner could also miss) every instance was
+        # driven by one runner from claim to end: none waited for a lease to run out.
+        if not victim:
+            drivers = _drivers(store, ids)
+            handed_over = [i for i, d in drivers.items() if len(d) != 1]
+            assert not handed_over, f"driven by several runners: {handed_over[:5]}"
+        failed = "SELECT count(*) FROM wf_events WHERE event_type IN ('STEP_FAILED', 'QUARANTINED')"
+        assert scalar(failed) == 0
     finally:
         sql.close()
         ledger.close()
@@ -194,9 +199,7 @@ def test_sigterm_stops_gracefully_and_a_restart_finishes(target: Target) -> None
                 timeout=30,
                 what="three completed steps before SIGTERM",
             )
-            stopped_at = time.monotonic()
-            kids.terminate(first, timeout=5.0)
-            assert time.monotonic() - stopped_at < 5.0
+            kids.terminate(first, timeout=5.0)  # asserts exit status 0: a graceful stop
             assert count_completed(store, ids) < n, "everything finished before SIGTERM"
 
             # Graceful: the running steps finished and their successors were handed back,

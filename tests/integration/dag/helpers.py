@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from statemachine_wf import Runner, RunnerOptions, Store
-from statemachine_wf.dag import DagBuilder, DagDefinition, Registry
+from pydantic import BaseModel
+
+from statemachine_wf import (
+    COMPLETED,
+    Fail,
+    Runner,
+    RunnerOptions,
+    StepContext,
+    Store,
+    Workflow,
+    step,
+)
+from statemachine_wf.dag import DagBuilder, DagDefinition, Registry, node_context
 from statemachine_wf.dag.models import NodeRetry
 
 registry = Registry()
@@ -59,6 +76,67 @@ def flaky(key: str, fail_times: int) -> str:
 def slow(seconds: float) -> str:
     threading.Event().wait(seconds)
     return "late"
+
+
+@registry.function("until_cancelled")
+def until_cancelled(key: str) -> str:
+    """Runs until its instance is cancelled (bounded at 20 s), then reports it."""
+    _count(f"{key}:started")
+    here = node_context()
+    deadline = time.monotonic() + 20
+    while not here.cancel_requested() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _count(f"{key}:saw_cancel" if here.cancel_requested() else f"{key}:timed_out")
+    return "stopped"
+
+
+# -- a state machine that DAGs run as a sub-workflow ------------------------------------------
+
+
+class ChildInput(BaseModel):
+    n: int
+    fail: bool = False
+    pause: float = 0.0
+    """Seconds the first step takes (a SIGKILL lands while the child runs)."""
+    until_cancelled: bool = False
+    run: str = ""
+
+
+class ChildProgress(BaseModel):
+    doubled: int | None = None
+    seen: int | None = None
+
+
+def _child_mark(wf: Child, run: str, name: str) -> None:
+    marks = getattr(wf, "marks", None)  # a worker process's mark file (dependencies)
+    if marks and run:
+        fd = os.open(marks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{run} {name}\n".encode())
+        finally:
+            os.close(fd)
+
+
+@registry.workflow
+class Child(Workflow[ChildInput, ChildProgress]):
+    """Two steps: double the input (or fail, or wait to be cancelled), then echo it."""
+
+    workflow_type = "dagtest.child.v1"
+
+    @step(initial=True, to="echo")
+    def work(self, ctx: StepContext[ChildInput, ChildProgress]) -> None:
+        _child_mark(self, ctx.input.run, "child:work")
+        deadline = time.monotonic() + (20 if ctx.input.until_cancelled else ctx.input.pause)
+        while time.monotonic() < deadline and not ctx.cancel_requested:
+            time.sleep(0.01)
+        if ctx.input.fail:
+            raise Fail("the child says no", code="child_no")
+        ctx.set(doubled=ctx.input.n * 2)
+
+    @step(to=COMPLETED)
+    def echo(self, ctx: StepContext[ChildInput, ChildProgress]) -> None:
+        _child_mark(self, ctx.input.run, "child:echo")
+        ctx.set(seen=ctx.input.n)
 
 
 def py(builder: DagBuilder, node_id: str, function: str, /, **kw: Any) -> str:
@@ -221,6 +299,36 @@ def multi_level_join() -> DagDefinition:
     return b.build()
 
 
+def sub_workflow(error_handling: str = "fail_workflow") -> DagDefinition:
+    """start -> sub (a Child state machine) -> end; with ``continue``, an error path too."""
+    b = DagBuilder(f"sub_workflow_{error_handling}")
+    b.node("s", "start")
+    b.node(
+        "sub",
+        "sub_workflow",
+        workflow="dagtest.child.v1",
+        input={
+            "n": "{{ctx.input.n}}",
+            "fail": "{{ctx.input.fail}}",
+            "pause": "{{ctx.input.pause}}",
+            "until_cancelled": "{{ctx.input.until_cancelled}}",
+            "run": "{{ctx.input.run}}",
+        },
+        error_handling=error_handling,  # type: ignore[arg-type]
+    )
+    b.node("e", "end", join="any", outputs={"child": "{{ctx.sub}}"})
+    b.chain("s", "sub", "e")
+    if error_handling == "continue":
+        py(b, "handle", "tag", name="{{ctx.sub.error.code}}")
+        b.edge("sub", "handle", handle="error")
+        b.edge("handle", "e")
+    return b.build()
+
+
+def child_input(n: int = 1, **kw: Any) -> dict[str, Any]:
+    return {"n": n, "fail": False, "pause": 0.0, "until_cancelled": False, "run": "", **kw}
+
+
 def loop() -> DagDefinition:
     b = DagBuilder("loop")
     b.node("s", "start")
@@ -239,7 +347,7 @@ def loop() -> DagDefinition:
 def running(store: Store, *, concurrency: int = 4, lease: float = 30.0) -> Iterator[Runner]:
     runner = Runner(
         store,
-        [],
+        [Child],
         dags=registry,
         options=RunnerOptions(concurrency=concurrency, lease=lease, idle_poll=0.5),
     )
@@ -248,3 +356,50 @@ def running(store: Store, *, concurrency: int = 4, lease: float = 30.0) -> Itera
         yield runner
     finally:
         runner.stop(timeout=10)
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@contextmanager
+def runner_processes(
+    url: str, schema: str, marks: Path, *, count: int = 2, concurrency: int = 4, lease: float = 30.0
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` runner processes (worker_main) on the store at ``url``, stopped at the end.
+
+    Yields once every process has printed READY; their stderr goes to files beside MARKS.
+    """
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        for n in range(count):
+            logs.append((marks.parent / f"runner-{n}.log").open("wb"))
+            args = [url, schema, str(marks), str(concurrency), str(lease)]
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tests.integration.dag.worker_main", *args],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=logs[-1],
+                )
+            )
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith(b"READY")
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        for f in logs:
+            f.close()

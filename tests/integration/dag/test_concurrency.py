@@ -165,6 +165,18 @@ def test_100_linear_across_4_processes(runners: tuple[PostgresStore, Path]) -> N
     assert set(_per_node(store, "NODE_DISPATCHED").values()) == {1}
 
 
+def _holds_a_node(dsn: str, schema: str, pid: int) -> bool:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM wf_tasks WHERE kind = 'dag' AND lease_owner LIKE %s"
+            " AND due_at > now() + interval '0.5 second'",
+            (f"%:{pid}:%",),
+        ).fetchone()
+    return row is not None and int(row[0]) > 0
+
+
 @pytest.mark.postgres
 @pytest.mark.slow
 @pytest.mark.crash
@@ -178,7 +190,7 @@ def test_sigkill_a_runner_mid_run(pg_dsn: str, pg_schema: str, tmp_path: Path) -
             name,
             "python",
             function="mark",
-            args={"run": "{{ctx.input.run}}", "name": name, "pause": 0.05},
+            args={"run": "{{ctx.input.run}}", "name": name, "pause": 0.2},
         )
     b.node("e", "end", outputs={"joined": "{{ctx.join}}"})
     b.chain("s", "a", "l", "join", "e")
@@ -187,12 +199,13 @@ def test_sigkill_a_runner_mid_run(pg_dsn: str, pg_schema: str, tmp_path: Path) -
     with _runners(pg_dsn, pg_schema, tmp_path, lease=2.0) as (store, marks, procs):
         client = DagClient(store)
         ids = [client.start(definition, {"run": f"k{i}"}) for i in range(30)]
-        deadline = time.monotonic() + 30
-        while (not marks.exists() or len(marks.read_text().splitlines()) < 20) and (
-            time.monotonic() < deadline
-        ):
-            time.sleep(0.01)
         victim = procs[0]
+        # Kill the victim while it holds a node (its lease is live and the node started),
+        # so that the kill lands mid-node whatever the machine's speed.
+        deadline = time.monotonic() + 60
+        while not _holds_a_node(pg_dsn, pg_schema, victim.pid):
+            assert time.monotonic() < deadline, "the victim never held a node"
+            time.sleep(0.005)
         victim.send_signal(signal.SIGKILL)
         victim.wait()
         _wait_all(client, ids, timeout=120)

@@ -79,6 +79,11 @@ def test_diamond_or(store: Store) -> None:
     assert record.status == Status.COMPLETED
     assert client.output(iid) == {"d": "d"}
     assert_once(client, iid)  # the second branch to finish does not dispatch d again
+    # Drained: both branches ran, and the instance completed only after every node did.
+    assert client.executions(iid) == {"s": 1, "a": 1, "l": 1, "r": 1, "d": 1, "e": 1}
+    hist = client.history(iid)
+    done = next(e.seq for e in hist if e.event_type == Ev.COMPLETED)
+    assert all(e.seq < done for e in hist if e.event_type == Ev.NODE_COMPLETED)
 
 
 def test_deep_chain(store: Store) -> None:
@@ -181,3 +186,14 @@ def test_empty_loop_goes_straight_to_done(store: Store) -> None:
     assert record.status == Status.COMPLETED
     assert client.output(iid) == {"results": [], "n": 0}
     assert "body" not in client.executions(iid)
+
+
+def test_sub_workflow(store: Store) -> None:
+    client, iid, record = run(store, h.sub_workflow(), h.child_input(3))
+    assert record.status == Status.COMPLETED
+    assert client.output(iid) == {"child": {"doubled": 6, "seen": 3}}
+    [child] = store.children(iid)
+    assert child.type == "dagtest.child.v1"
+    assert child.status == Status.COMPLETED
+    assert (child.parent_id, child.parent_node) == (iid, "sub")
+    assert_once(client, iid)

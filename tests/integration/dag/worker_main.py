@@ -1,7 +1,8 @@
 """A DAG runner process for the multi-process tests.
 
 ``python -m tests.integration.dag.worker_main DSN SCHEMA MARKS [CONCURRENCY [LEASE]]``: runs
-every DAG node task of the schema until SIGTERM. The ``mark`` function appends
+every DAG node task of the schema (and the ``Child`` sub-workflow) until SIGTERM. The
+``mark`` function (and each ``Child`` step) appends
 ``"<run> <name>"`` to MARKS for every execution (O_APPEND: one line per write, whole), so
 the test counts real executions across processes.
 """
@@ -14,7 +15,7 @@ import time
 
 from statemachine_wf import Runner, RunnerOptions
 from statemachine_wf.stores import open_store
-from tests.integration.dag.helpers import registry
+from tests.integration.dag.helpers import Child, registry
 
 
 def main() -> None:
@@ -37,8 +38,9 @@ def main() -> None:
     store.migrate()
     runner = Runner(
         store,
-        [],
+        [Child],  # the state machine DAGs run as a sub-workflow
         dags=registry,
+        dependencies={"marks": marks},
         options=RunnerOptions(concurrency=concurrency, idle_poll=1.0, lease=lease),
     )
     print("READY", flush=True)

@@ -15,6 +15,8 @@ def test_all_is_sorted_and_complete() -> None:
         "errors",
         "events",
         "fold",
+        "limits",
+        "live",
         "progress",
         "retry",
         "runner",
@@ -24,6 +26,9 @@ def test_all_is_sorted_and_complete() -> None:
         "cli",
         "dag",
         "testing",
+        "waits",
+        "audit",
+        "inbox",
     }
     assert public - modules == set(exported)
 

@@ -1,5 +1,8 @@
 """Hypothesis: random valid DAGs under random worker interleavings run every node once.
 
+Join modes (the end's included) are random: an ``any`` join may let the end run while
+other branches are still open; the instance then drains them before it completes.
+
 The interpreter is pure, so a tiny in-memory store with the real rules (a version CAS,
 the once-per-run unique index, node tasks by slot) is enough to explore interleavings a
 database would make rare: a worker reads its snapshot, others commit, then it tries its
@@ -102,7 +105,7 @@ def random_dags(draw: st.DrawFn) -> DagDefinition:
                 edges.append({"source": p, "target": draw(st.sampled_from(layer))})
         ids += layer
         prev = layer
-    nodes.append({"id": "e", "type": "end", "join": "all"})
+    nodes.append({"id": "e", "type": "end", "join": draw(st.sampled_from(["all", "any"]))})
     sinks = [n for n in ids if not any(e["source"] == n for e in edges)]
     edges += [{"source": n, "target": "e"} for n in sinks]
     return load({"name": "random", "nodes": nodes, "edges": edges})
@@ -115,6 +118,7 @@ class Worker:
     phase: str = "record"
     snapshot: tuple[int, list[EventRecord], tuple[str, ...], Status] | None = None
     duplicate: bool = False
+    runner: int = 0
 
 
 @given(random_dags(), st.data())
@@ -129,6 +133,11 @@ def test_every_node_runs_exactly_once_under_any_interleaving(
     claimed: set[str] = set()
     workers: list[Worker] = []
     executions: dict[str, int] = {}
+    # Like DagExecutor: each of two runners keeps one view per instance and folds in only
+    # the log's tail at each read; a decision uses that view as it is at commit time (it
+    # may hold more than the snapshot's version, never less).
+    cached = data.draw(st.booleans(), label="cached views")
+    views: list[LogView | None] = [None, None]
     for _ in range(10_000):
         free = sorted(mem.slots - claimed)
         choices = len(workers) + len(free)
@@ -141,9 +150,11 @@ def test_every_node_runs_exactly_once_under_any_interleaving(
             run = LogView.of(mem.log).run(node)
             executions[node] = executions.get(node, 0) + 1
             dup = data.draw(st.booleans())
-            workers.append(Worker(node, run))
+            workers.append(Worker(node, run, runner=data.draw(st.integers(0, 1))))
             if dup:  # the same result delivered twice
-                workers.append(Worker(node, run, duplicate=True))
+                workers.append(
+                    Worker(node, run, duplicate=True, runner=data.draw(st.integers(0, 1)))
+                )
             continue
         w = workers[pick]
         if w.phase == "record":
@@ -155,13 +166,18 @@ def test_every_node_runs_exactly_once_under_any_interleaving(
             w.phase = "read"
         elif w.phase == "read":
             w.snapshot = (mem.version, list(mem.log), tuple(sorted(mem.slots)), mem.status)
+            cache = views[w.runner]
+            if cache is None:
+                views[w.runner] = LogView.of(mem.log)
+            else:
+                cache.extend(e for e in mem.log if e.seq > cache.last_seq)
             w.phase = "commit"
         else:
             assert w.snapshot is not None
             version, log, slots, status = w.snapshot
-            decision = it.completed(
-                graph, LogView.of(log), w.node, w.run, status=status, open_slots=slots
-            )
+            view = views[w.runner] if cached else LogView.of(log)
+            assert view is not None
+            decision = it.completed(graph, view, w.node, w.run, status=status, open_slots=slots)
             if decision is None:
                 workers.pop(pick)
                 continue
@@ -176,6 +192,11 @@ def test_every_node_runs_exactly_once_under_any_interleaving(
     assert executions == dict.fromkeys(graph.nodes, 1)
     view = LogView.of(mem.log)
     assert {n: len(d) for n, d in view.dispatches.items()} == dict.fromkeys(graph.nodes, 1)
+    # Drained: the instance completed only after every node did, with the end's output.
+    final = mem.log[-1]
+    assert final.event_type == Ev.COMPLETED
+    assert all(e.seq < final.seq for e in mem.log if e.event_type == Ev.NODE_COMPLETED)
+    assert final.payload == {"node": "e", "output": {"value": "e"}}
 
 
 @st.composite
@@ -234,3 +255,24 @@ def test_random_invalid_definitions_are_rejected_with_a_reason(
     with pytest.raises(DefinitionError) as info:
         load(data)
     assert any(reason in p for p in info.value.problems), info.value.problems
+
+
+@given(random_dags(), st.data())
+def test_a_view_extended_piece_by_piece_equals_one_read_whole(
+    definition: DagDefinition, data: st.DataObject
+) -> None:
+    graph = check(definition)
+    mem = MemoryStore()
+    mem.append(it.start_events(graph, {"input": {"k": 1}, "dag": definition.dump()}))
+    for node in graph.nodes:
+        mem.append([NewEvent(Ev.NODE_STARTED, node, 1, {})])
+        mem.append([NewEvent(Ev.NODE_COMPLETED, node, 1, {"output": node, "var": node})])
+        mem.append([NewEvent(Ev.NODE_DISPATCHED, node, 2, {"via": "back"})])
+    cuts = sorted(data.draw(st.lists(st.integers(1, len(mem.log)), max_size=6)))
+    view = LogView.of(mem.log[: cuts[0] if cuts else len(mem.log)])
+    for cut in [*cuts[1:], len(mem.log)]:
+        view.extend(mem.log[:cut])  # overlapping reads: the folded prefix is skipped
+    whole = LogView.of(mem.log)
+    assert view == whole
+    assert view.last_seq == mem.log[-1].seq
+    assert view.context() == whole.context()

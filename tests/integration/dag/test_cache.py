@@ -1,0 +1,119 @@
+"""The executor's per-instance cache: tail reads, a lost CAS, and a DAG-only runner's loop.
+
+On both stores: a snapshot after a seq returns only the log's tail; an executor whose
+commit loses the CAS to another runner re-reads only the tail and still dispatches the
+join exactly once; a runner hosting only DAGs never asks for state-machine tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+from statemachine_wf import Runner, RunnerOptions, Status, Store
+from statemachine_wf.dag import DagClient
+from statemachine_wf.dag.executor import DagExecutor
+from statemachine_wf.dag.handlers import NodeResult
+from statemachine_wf.dag.interpret import LogView
+from statemachine_wf.events import Ev, NewEvent
+from statemachine_wf.store import DagCommit
+
+from . import helpers as h
+
+
+def test_snapshot_after_a_seq_returns_only_the_tail(store: Store) -> None:
+    iid = DagClient(store).start(h.linear(2), {"x": 1})
+    whole = store.dag_snapshot(iid)
+    assert whole is not None
+    assert [e.event_type for e in whole.events] == [Ev.CREATED, Ev.NODE_DISPATCHED]
+    last = whole.events[-1].seq
+    empty = store.dag_snapshot(iid, after_seq=last)
+    assert empty is not None
+    assert empty.events == []
+    assert empty.instance.version == whole.instance.version
+    assert empty.open_slots == whole.open_slots == ("s",)
+    store.dag_record(iid, NewEvent(Ev.NODE_COMPLETED, "s", 1, {"output": None}), worker="w")
+    tail = store.dag_snapshot(iid, after_seq=last)
+    assert tail is not None
+    assert [(e.event_type, e.node) for e in tail.events] == [(Ev.NODE_COMPLETED, "s")]
+    assert store.dag_snapshot("00000000-0000-0000-0000-000000000000") is None
+
+
+class _Spy:
+    """The real store, with dag_snapshot's ``after_seq`` recorded and a hook before one
+    dag_apply (another runner committing in between)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.reads: list[int] = []
+        self.before_apply: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def dag_snapshot(self, instance_id: str, *, after_seq: int = 0) -> Any:
+        self.reads.append(after_seq)
+        return self.store.dag_snapshot(instance_id, after_seq=after_seq)
+
+    def dag_apply(self, commit: DagCommit) -> int:
+        hook, self.before_apply = self.before_apply, None
+        if hook is not None:
+            hook()
+        return self.store.dag_apply(commit)
+
+
+def test_a_lost_cas_rereads_the_tail_and_joins_once(store: Store) -> None:
+    client = DagClient(store)
+    iid = client.start(h.diamond("all"), {})
+    spy = _Spy(store)
+    mine = DagExecutor(spy, h.registry, worker="a", loop=asyncio.new_event_loop)  # type: ignore[arg-type]
+    other = DagExecutor(store, h.registry, worker="b", loop=asyncio.new_event_loop)
+    graph = LogView.of(store.events(iid)).graph()
+
+    def finish(ex: DagExecutor, node: str) -> None:
+        run = LogView.of(store.events(iid)).run(node)
+        assert ex.complete(iid, graph, node, run, NodeResult(node), attempt=1)
+
+    finish(mine, "s")
+    finish(mine, "a")
+    assert set(store.dag_snapshot(iid).open_slots) == {"l", "r"}  # type: ignore[union-attr]
+    # While `mine` commits l's scheduling (join not ready: r is open), the other runner
+    # completes r and dispatches the join: `mine` loses the CAS, reads the tail, and sees
+    # the join already dispatched.
+    spy.before_apply = lambda: finish(other, "r")
+    before = len(spy.reads)
+    finish(mine, "l")
+    assert len(spy.reads) - before == 2  # the read it decided on, then the tail after the loss
+    assert set(store.dag_snapshot(iid).open_slots) == {"d"}  # type: ignore[union-attr]
+    finish(mine, "d")
+    finish(mine, "e")
+    assert client.get(iid).status == Status.COMPLETED
+    dispatched = Counter(e.node for e in client.history(iid) if e.event_type == Ev.NODE_DISPATCHED)
+    assert dispatched == dict.fromkeys("saldre", 1)
+    # One whole read for this executor; every later one (the lost CAS's too) a tail.
+    assert spy.reads[0] == 0
+    assert len(spy.reads) >= 6
+    assert all(after > 0 for after in spy.reads[1:])
+
+
+def test_a_dag_only_runner_never_claims_state_machine_tasks(store: Store) -> None:
+    calls: list[tuple[str, ...]] = []
+    real_claim = store.claim
+
+    def claim(**kw: Any) -> Any:
+        calls.append(tuple(kw["types"]))
+        return real_claim(**kw)
+
+    store.claim = claim  # type: ignore[method-assign]
+    client = DagClient(store)
+    iid = client.start(h.linear(3), {"x": 1})
+    runner = Runner(store, [], dags=h.registry, options=RunnerOptions(concurrency=2, idle_poll=0.2))
+    runner.start()
+    try:
+        record = client.wait(iid, timeout=30)
+    finally:
+        runner.stop(timeout=10)
+    assert record.status == Status.COMPLETED
+    assert record.progress == {"output": {"result": 4}}
+    assert calls == []

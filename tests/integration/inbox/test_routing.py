@@ -1,0 +1,131 @@
+"""Type-prefix routing: SQL wildcards in a prefix are literal except a trailing ``%`` (on
+both stores, for the runner's claims and for ``list``), and on PostgreSQL the claim stays
+an index lookup with many rows of other types."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from statemachine_wf import COMPLETED, Client, Runner, RunnerOptions, StepContext, Store
+from statemachine_wf import Workflow as _Workflow
+from statemachine_wf import step as _step
+from statemachine_wf.store import NewInstance, like_prefix, matches_prefix
+from statemachine_wf.stores._sql import queries
+from tests.plugins.stores import PG_DSN
+
+
+class In(BaseModel):
+    n: int = 0
+
+
+def make(type_name: str) -> type[_Workflow[In, In]]:
+    class W(_Workflow[In, In]):
+        workflow_type = type_name
+
+        @_step(initial=True, to=COMPLETED)
+        def go(self, ctx: StepContext[In, In]) -> None: ...
+
+    W.__name__ = W.__qualname__ = "W_" + re.sub(r"\W", "_", type_name)
+    return W
+
+
+# Each prefix: a type it must take, a type it must not (a LIKE wildcard would take it).
+TRICKY = {
+    "bill_ing.%": ("bill_ing.invoice.v1", "billxing.invoice.v1"),
+    "100%off.%": ("100%off.sale.v1", "100xyzoff.sale.v1"),
+    "back\\slash.": ("back\\slash.x.v1", "backslash.x.v1"),
+    "a%": ("a.x.v1", None),  # a trailing % is "anything after"
+}
+
+
+@pytest.mark.parametrize("prefix", list(TRICKY))
+def test_prefix_is_literal_except_trailing_percent(prefix: str) -> None:
+    yes, no = TRICKY[prefix]
+    assert matches_prefix(yes, prefix)
+    if no is not None:
+        assert not matches_prefix(no, prefix)
+    pattern = like_prefix(prefix)
+    assert pattern.endswith("%")
+    assert not re.search(r"(?<!\\)[%_]", pattern[:-1])  # every other wildcard is escaped
+
+
+def test_runner_claims_only_literal_prefix_matches(store: Store) -> None:
+    # Python workflow types are lowercase dotted names; these would match the prefixes
+    # below only if a prefix were a LIKE pattern (``_`` any char, ``%`` anything, ``\``
+    # an escape).
+    hosted = ["bill_ing.invoice.v1", "billxing.invoice.v1", "billing.x.v1", "backslash.x.v1"]
+    kinds = [make(t) for t in hosted]
+    client = Client(store, kinds)
+    ids = {cls.spec().workflow_type: client.start(cls, In()) for cls in kinds}
+    prefixes = ("bill_ing.%", "bill%ing.", "back\\slash.")
+    runner = Runner(store, kinds, options=RunnerOptions(prefixes=prefixes, concurrency=1))
+    assert runner.types == ("bill_ing.invoice.v1",)
+    runner.run_until_idle(timeout=30)
+    done = {t for t, i in ids.items() if client.status(i) == "COMPLETED"}
+    assert done == {"bill_ing.invoice.v1"}
+
+
+def test_list_prefix_is_literal(store: Store) -> None:
+    # Types written by other producers (SQL) can hold any character: list them.
+    for pair in TRICKY.values():
+        for type_name in pair:
+            if type_name is not None:
+                store.create(
+                    NewInstance(id=str(uuid.uuid4()), type=type_name, input={}, initial="go")
+                )
+    for prefix, (yes, no) in TRICKY.items():
+        listed = {r.type for r in store.list_instances(type_prefix=prefix)}
+        assert yes in listed
+        assert no not in listed
+        if prefix != "a%":
+            assert listed == {yes}
+
+
+@pytest.mark.postgres
+def test_claim_is_an_index_lookup_among_many_other_types(pg_schema: str) -> None:
+    """50,000 due tasks of other types, 20 of ours: the claim reads a handful of pages
+    (an index on type or on the due order), never the table."""
+    import psycopg
+
+    from statemachine_wf.stores.postgres import PostgresStore
+
+    store = PostgresStore(PG_DSN, schema=pg_schema)
+    store.migrate()
+    store.close()
+    claim_select = re.search(
+        r"picked AS \((.*?FOR UPDATE SKIP LOCKED)", queries("postgres")["claim"], re.S
+    )
+    assert claim_select is not None
+    with psycopg.connect(PG_DSN, autocommit=True, options=f"-c search_path={pg_schema}") as c:
+        c.execute(
+            "INSERT INTO wf_instances (id, type, status, step, input)"
+            " SELECT gen_random_uuid(),"
+            "  CASE WHEN g % 2500 = 0 THEN 'mine.rare.v1' ELSE 'other.' || (g % 7) || '.v1' END,"
+            "  'PENDING', 'go', '{}' FROM generate_series(1, 50000) g"
+        )
+        c.execute(
+            "INSERT INTO wf_tasks (instance_id, slot, node, type, priority, due_at)"
+            " SELECT id, '', 'go', type, 100, now() - interval '1 second' FROM wf_instances"
+        )
+        c.execute("ANALYZE wf_tasks")
+        everything = [f"other.{k}.v1" for k in range(7)] + ["mine.rare.v1"]
+        for types in (["mine.rare.v1"], ["nobody.v1"], everything):
+            params: dict[str, Any] = {"types": types, "limit": 1}
+            plan = "\n".join(
+                r[0]
+                for r in c.execute(
+                    "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + claim_select.group(1), params
+                ).fetchall()
+            )
+            assert "Seq Scan" not in plan, plan
+            # The top node's count includes its children's: the whole statement's reads.
+            hits = max(int(n) for n in re.findall(r"shared hit=(\d+)", plan.split("Planning")[0]))
+            assert hits < 100, f"{types}: {hits} pages read\n{plan}"
+        tables = c.execute("SELECT pg_relation_size('wf_tasks') / 8192").fetchone()
+        assert tables is not None
+        assert tables[0] > 300  # so reading the table would have shown
