@@ -1,5 +1,6 @@
-"""``python -m bench core [--n 1000] [--quick]``, ``python -m bench profile`` and
-``python -m bench chain [--quick]``."""
+"""``python -m bench core [--n 1000] [--quick]``, ``python -m bench profile``,
+``python -m bench chain [--quick]``, ``python -m bench inbox [--quick]``,
+``python -m bench signals`` and ``python -m bench dag [--quick]``."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
     prof.add_argument("--dsn", default="")
     prof.add_argument("--no-profile", action="store_true", help="time only (for py-spy)")
+    prof.add_argument(
+        "--dag", choices=("fanout", "chain"), default=None, help="profile N DAG instances instead"
+    )
 
     chain = sub.add_parser(
         "chain",
@@ -51,7 +55,66 @@ def main(argv: list[str] | None = None) -> int:
     chain.add_argument("--only", default="", help="comma-separated: automine,block,recon")
     chain.add_argument("--json", default="", help="also write the results here")
 
+    inbox = sub.add_parser(
+        "inbox", help="enqueue single/batched vs raw SQL and Procrastinate; claim on a big table"
+    )
+    inbox.add_argument("--quick", action="store_true", help="smoke run: small counts")
+    inbox.add_argument("--only", default="", help="comma-separated case names")
+    inbox.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+
+    sig = sub.add_parser("signals", help="timer lateness p50/p99 with an idle runner")
+    sig.add_argument("--n", type=int, default=200, help="timers per store")
+    sig.add_argument("--spacing", type=float, default=0.02, help="seconds between due times")
+    sig.add_argument("--only", default="", help="comma-separated: pg,sqlite")
+    sig.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+
+    dag = sub.add_parser(
+        "dag", help="DAG nodes/s (fan-out 1->100->1, chain of 100) beside the step rate"
+    )
+    dag.add_argument("--quick", action="store_true", help="smoke run: 4 instances, N=200")
+    dag.add_argument("--instances", type=int, default=0, help="per shape (default 10)")
+    dag.add_argument("--stores", default="sqlite,pg", help="comma-separated: sqlite,pg")
+    dag.add_argument("--procs", default="1,4", help="runner process counts")
+    dag.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+
     args = parser.parse_args(argv)
+    if args.cmd == "inbox":
+        from . import inbox as ib
+
+        settings = ib.Settings.quick() if args.quick else ib.Settings()
+        if args.dsn:
+            settings.dsn = args.dsn
+        wanted = [x.strip() for x in args.only.split(",") if x.strip()] or None
+
+        def log_inbox(msg: str) -> None:
+            print(msg, file=sys.stderr, flush=True)
+
+        inbox_rows = ib.run(settings, wanted, log_inbox)
+        print(ib.table(inbox_rows))
+        return 1 if any(r.system == "error" for r in inbox_rows) else 0
+    if args.cmd == "signals":
+        from . import signals as sg
+
+        ss = sg.Settings(n=args.n, spacing=args.spacing)
+        if args.dsn:
+            ss.dsn = args.dsn
+        return sg.main(ss, [x.strip() for x in args.only.split(",") if x.strip()] or None)
+    if args.cmd == "dag":
+        from . import dag as dg
+
+        ds = dg.Settings.quick() if args.quick else dg.Settings()
+        ds.instances = args.instances or ds.instances
+        ds.stores = tuple(x.strip() for x in args.stores.split(",") if x.strip())
+        ds.procs = tuple(int(x) for x in args.procs.split(",") if x.strip())
+        if args.dsn:
+            ds.dsn = args.dsn
+
+        def log_dag(msg: str) -> None:
+            print(msg, file=sys.stderr, flush=True)
+
+        dag_rows = dg.run(ds, log_dag)
+        print(dg.table(dag_rows, ds))
+        return 1 if any(r.error for r in dag_rows) else 0
     if args.cmd == "chain":
         from . import chain as ch
 

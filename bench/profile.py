@@ -22,6 +22,7 @@ from . import core
 def main(args: argparse.Namespace) -> int:
     from statemachine_wf.runner import Runner, RunnerOptions
 
+    from . import dag
     from .workload import ThreeSteps
 
     s = core.Settings(n=args.n)
@@ -50,11 +51,21 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         core.fresh_store(spec)
-        core.precreate(spec, s.n)
+        if args.dag:
+            dag.precreate(spec, args.dag, s.n)
+            units, unit = s.n * dag.node_count(args.dag), "node"
+        else:
+            core.precreate(spec, s.n)
+            units, unit = s.n * core.STEPS, "step"
         store: Any = core.open_store(spec)
         store.migrate()
         core.warm_pool(store, conc + 2)
-        runner = ProfiledRunner(store, [ThreeSteps], options=RunnerOptions(concurrency=conc))
+        runner = ProfiledRunner(
+            store,
+            [] if args.dag else [ThreeSteps],
+            dags=dag.registry if args.dag else None,
+            options=RunnerOptions(concurrency=conc),
+        )
         with core.watcher(spec) as count:
             t0 = time.perf_counter()
             c0 = time.process_time()
@@ -70,18 +81,18 @@ def main(args: argparse.Namespace) -> int:
     finally:
         core.drop_store(spec)
         shutil.rmtree(s.tmp, ignore_errors=True)
-    rate = s.n * core.STEPS / elapsed
+    rate = units / elapsed
+    what = f"{args.dag} DAG instances" if args.dag else "workflows"
     print(
-        f"{args.store} 1 process, concurrency {conc}: {s.n} workflows in {elapsed:.2f} s = "
-        f"{rate:.0f} steps/s ({'profiled' if profiles else 'not profiled'}; pid {os.getpid()})"
+        f"{args.store} 1 process, concurrency {conc}: {s.n} {what} in {elapsed:.2f} s = "
+        f"{rate:.0f} {unit}s/s ({'profiled' if profiles else 'not profiled'}; pid {os.getpid()})"
     )
     print(
-        f"process CPU {cpu:.2f} s = {1000 * cpu / (s.n * core.STEPS):.3f} ms per step "
+        f"process CPU {cpu:.2f} s = {1000 * cpu / units:.3f} ms per {unit} "
         f"({100 * cpu / elapsed:.0f}% of one core)"
     )
-    steps = s.n * core.STEPS
     print(
-        f"postgres server CPU {pg_cpu:.2f} s = {1000 * pg_cpu / steps:.3f} ms per step; "
+        f"postgres server CPU {pg_cpu:.2f} s = {1000 * pg_cpu / units:.3f} ms per {unit}; "
         f"machine busy {100 * (b1 - b0) / max(1, a1 - a0):.0f}% of {os.cpu_count()} cpus "
         f"during the run (other tenants included)"
     )

@@ -1,0 +1,303 @@
+"""The DAG benchmark: nodes per second beside the state-machine step rate of the same run.
+
+Two shapes of no-op ``python`` nodes (``bench/dag.py``'s registry):
+
+* ``fanout``: start -> 100 parallel nodes -> one join (``all``) -> end (103 nodes);
+* ``chain``: start -> 100 nodes in a row -> end (102 nodes).
+
+Per store (SQLite, PostgreSQL) and process count (1, 4): first the core benchmark's
+state-machine run (``core.run_swf``: N workflows x 3 no-op steps, same store, same
+processes and threads), then M pre-created instances of each shape run by ``Runner``
+processes (``dags=registry``), timed from the barrier until the parent sees M COMPLETED.
+``vs step`` is nodes/s divided by that steps/s: 1.0 means a DAG node costs what a
+state-machine step costs. Join latency is read from the log afterwards: the join's
+``NODE_DISPATCHED`` time minus the latest branch ``NODE_COMPLETED`` time, per fan-out
+instance (Postgres stamps events with their transaction's start, SQLite with the writer's
+clock). Nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from statemachine_wf.dag import DagBuilder, DagDefinition, Registry
+
+from . import core
+
+WIDTH = 100
+DEPTH = 100
+SHAPES = ("fanout", "chain")
+
+registry = Registry()
+
+
+@registry.function("noop")
+def noop() -> int:
+    return 1
+
+
+def fanout(width: int = WIDTH) -> DagDefinition:
+    b = DagBuilder("bench_fanout")
+    b.node("s", "start")
+    b.node("join", "python", function="noop")
+    b.node("e", "end")
+    for i in range(width):
+        b.node(f"b{i}", "python", function="noop")
+        b.chain("s", f"b{i}", "join")
+    b.edge("join", "e")
+    return b.build()
+
+
+def chain(depth: int = DEPTH) -> DagDefinition:
+    b = DagBuilder("bench_chain")
+    b.node("s", "start")
+    names = [f"c{i}" for i in range(depth)]
+    for name in names:
+        b.node(name, "python", function="noop")
+    b.node("e", "end")
+    b.chain("s", *names, "e")
+    return b.build()
+
+
+def definition(shape: str) -> DagDefinition:
+    return fanout() if shape == "fanout" else chain()
+
+
+def node_count(shape: str) -> int:
+    return WIDTH + 3 if shape == "fanout" else DEPTH + 2
+
+
+@dataclass
+class Settings:
+    instances: int = 10
+    """Instances of each shape per configuration."""
+    steps_n: int = 1000
+    """Workflows of the state-machine run (x 3 steps)."""
+    stores: tuple[str, ...] = ("sqlite", "pg")
+    procs: tuple[int, ...] = (1, 4)
+    pg_concurrency: int = 8
+    sqlite_concurrency: int = 4
+    dsn: str = field(default_factory=core.pg_dsn)
+    timeout: float = 600.0
+    tmp: str = ""
+
+    @classmethod
+    def quick(cls) -> Settings:
+        return cls(instances=4, steps_n=200)
+
+    def core(self) -> core.Settings:
+        return core.Settings(
+            n=self.steps_n,
+            pg_concurrency=self.pg_concurrency,
+            sqlite_concurrency=self.sqlite_concurrency,
+            dsn=self.dsn,
+            timeout=self.timeout,
+            tmp=self.tmp,
+        )
+
+
+@dataclass
+class Row:
+    name: str
+    store: str
+    procs: int
+    shape: str  # "steps" for the state-machine run
+    units: int  # nodes (or steps) executed
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.units / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_ms(self) -> str:
+        """Client (+ postgres backend) CPU per node or step."""
+        if "client_cpu" not in self.extra or not self.units:
+            return ""
+        text = f"{1000 * self.extra['client_cpu'] / self.units:.2f}"
+        if self.store == "pg":
+            text += f"+{1000 * self.extra['pg_cpu'] / self.units:.2f}"
+        return text
+
+
+# -- the DAG runs --------------------------------------------------------------------------
+def dag_runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
+    from statemachine_wf.runner import Runner, RunnerOptions
+
+    spec = dict(spec, app=f"swfbench-{os.getpid()}")
+    store = core.open_store(spec)
+    store.migrate()
+    runner = Runner(
+        store, [], dags=registry, options=RunnerOptions(concurrency=spec["concurrency"])
+    )
+    core.warm_pool(store, spec["concurrency"] + 2)
+    barrier.wait(timeout=180)
+    c0 = time.process_time()
+    backends = core.BackendCPU(spec["dsn"], spec["app"]) if spec["store"] == "pg" else None
+    runner.start()
+    stop.wait()
+    cpu = time.process_time() - c0
+    pg_cpu = backends.used() if backends is not None else 0.0
+    runner.stop(timeout=30)
+    store.close()
+    return {"cpu": cpu, "pg_cpu": pg_cpu}
+
+
+def precreate(spec: dict[str, Any], shape: str, n: int) -> list[str]:
+    from statemachine_wf.dag import DagClient
+
+    store = core.open_store(spec)
+    client = DagClient(store)
+    graph = definition(shape)
+    ids = [client.start(graph) for _ in range(n)]
+    store.close()
+    return ids
+
+
+def join_latencies(spec: dict[str, Any], ids: list[str]) -> list[float]:
+    """Seconds from the last branch's NODE_COMPLETED to the join's NODE_DISPATCHED."""
+    store = core.open_store(spec)
+    out = []
+    try:
+        for iid in ids:
+            events = store.events(iid)
+            done = [
+                e.created_at
+                for e in events
+                if e.event_type == "NODE_COMPLETED" and e.node and e.node.startswith("b")
+            ]
+            joined = [
+                e.created_at
+                for e in events
+                if e.event_type == "NODE_DISPATCHED" and e.node == "join"
+            ]
+            if done and joined:
+                out.append(joined[0] - max(done))
+    finally:
+        store.close()
+    return out
+
+
+def run_dag(s: Settings, store: str, procs: int, shape: str) -> Row:
+    cs = s.core()
+    spec = core._spec(cs, store, f"dag_{shape}_{procs}p")
+    spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
+    core.fresh_store(spec)
+    try:
+        ids = precreate(spec, shape, s.instances)
+        with core.watcher(spec) as count:
+            elapsed, outs = core.run_group(
+                dag_runner_child,
+                [dict(spec) for _ in range(procs)],
+                poll=count,
+                expect=s.instances,
+                timeout=s.timeout,
+            )
+        extra: dict[str, Any] = dict(outs[-1], concurrency=spec["concurrency"])
+        if shape == "fanout":
+            lat = join_latencies(spec, ids)
+            extra.update(
+                join_p50_ms=1000 * core._pct(lat, 50),
+                join_p99_ms=1000 * core._pct(lat, 99),
+                join_samples=len(lat),
+            )
+        return Row(
+            f"dag {shape} {store} {procs}p",
+            store,
+            procs,
+            shape,
+            s.instances * node_count(shape),
+            elapsed,
+            extra=extra,
+        )
+    finally:
+        core.drop_store(spec)
+
+
+def run_steps(s: Settings, store: str, procs: int) -> Row:
+    r = core.run_swf(s.core(), store, procs)
+    return Row(
+        f"state machine {store} {procs}p",
+        store,
+        procs,
+        "steps",
+        r.workflows * core.STEPS,
+        r.seconds,
+        extra=r.extra,
+        error=r.error,
+    )
+
+
+def run(s: Settings, log: Callable[[str], None]) -> list[Row]:
+    own_tmp = not s.tmp
+    if own_tmp:
+        s.tmp = tempfile.mkdtemp(prefix="swfbench-dag-")
+    rows: list[Row] = []
+    try:
+        for store in s.stores:
+            for procs in s.procs:
+                jobs: list[tuple[str, Callable[[], Row]]] = [
+                    (f"steps {store} {procs}p", partial(run_steps, s, store, procs))
+                ]
+                for shape in SHAPES:
+                    job = partial(run_dag, s, store, procs, shape)
+                    jobs.append((f"{shape} {store} {procs}p", job))
+                for label, run_one in jobs:
+                    log(f"-- {label} ...")
+                    t = time.perf_counter()
+                    try:
+                        row = run_one()
+                    except Exception as exc:  # a failed configuration is reported, not fatal
+                        msg = str(exc).strip().splitlines()
+                        row = Row(label, store, procs, "?", 0, 0.0, error=msg[-1] if msg else "")
+                    log(f"   {label}: {row.rate:.0f}/s ({time.perf_counter() - t:.1f} s wall)")
+                    rows.append(row)
+    finally:
+        if own_tmp:
+            shutil.rmtree(s.tmp, ignore_errors=True)
+    return rows
+
+
+def table(rows: list[Row], s: Settings) -> str:
+    head = (
+        f"{'configuration':<28} {'rate':>12} {'vs step':>8} {'cpu ms/unit':>12}"
+        f" {'join p50/p99 ms':>16} {'busy':>5}"
+    )
+    lines = [head, "-" * len(head)]
+    steps: dict[tuple[str, int], Row] = {}
+    for r in rows:
+        if r.error:
+            lines.append(f"{r.name:<28} ERROR: {r.error}")
+            continue
+        if r.shape == "steps":
+            steps[(r.store, r.procs)] = r
+        base = steps.get((r.store, r.procs))
+        unit = "steps/s" if r.shape == "steps" else "nodes/s"
+        ratio = f"{r.rate / base.rate:.2f}" if base and r.shape != "steps" else ""
+        join = ""
+        if "join_p50_ms" in r.extra:
+            join = f"{r.extra['join_p50_ms']:.1f}/{r.extra['join_p99_ms']:.1f}"
+        busy = f"{100 * r.extra['busy']:.0f}%" if "busy" in r.extra else ""
+        lines.append(
+            f"{r.name:<28} {r.rate:>6.0f} {unit:<5} {ratio:>8} {r.cpu_ms:>12} {join:>16} {busy:>5}"
+        )
+    lines.append("")
+    lines.append(
+        f"{s.instances} instances per shape (fanout: 1 -> {WIDTH} -> join -> end, "
+        f"{node_count('fanout')} nodes; chain: {DEPTH} in a row, {node_count('chain')} nodes); "
+        f"state machine: {s.steps_n} workflows x {core.STEPS} steps.\n"
+        f"Threads per runner process: pg {s.pg_concurrency}, sqlite {s.sqlite_concurrency}; "
+        f"cpus={os.cpu_count()}. vs step: nodes/s over the state-machine steps/s of the same "
+        "store and process count.\ncpu ms/unit: runner processes (+ their postgres backends) "
+        "CPU per node or step; busy: whole-machine CPU during the run, other tenants included."
+    )
+    return "\n".join(lines)
