@@ -23,5 +23,9 @@ check:  ## types and lint
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-bench: install  ## benchmarks against raw SQL and the peers
-	$(PY) -m bench
+bench: install  ## every benchmark, against raw SQL and the peers (~20 min)
+	$(PY) -m bench core
+	$(PY) -m bench dag
+	$(PY) -m bench signals
+	$(PY) -m bench inbox
+	$(PY) -m bench chain
