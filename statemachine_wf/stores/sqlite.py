@@ -76,6 +76,16 @@ def wrap_errors() -> Iterator[None]:
         raise StoreError(f"sqlite: {exc}") from exc
 
 
+def _quarantined(error: str | bytes | None) -> bool:
+    """Whether an instance's stored error is a quarantine (set aside until redriven)."""
+    if error is None:
+        return False
+    try:
+        return bool(json.loads(error).get("code") == "quarantined")
+    except (ValueError, AttributeError):
+        return False
+
+
 def _insert_dead_letter(
     conn: sqlite3.Connection,
     instance_id: str | None,
@@ -382,9 +392,12 @@ class SQLiteStore:
             task = task_record(row)
             if task.lease_owner is not None and task.due_at > now:
                 return None  # a live runner holds it
-            status = conn.execute(Q["get_instance"], {"id": instance_id}).fetchone()["status"]
-            if not (task.in_flight or task.due_at <= now or status == "STALLED"):
-                return None  # waiting out a backoff or a timer: not ours to hurry
+            row = conn.execute(Q["get_instance"], {"id": instance_id}).fetchone()
+            stalled = row["status"] == "STALLED" and not _quarantined(row["error"])
+            if not (task.in_flight or task.due_at <= now or stalled):
+                # Waiting out a backoff or a timer, or quarantined (only its parked task
+                # or a redrive takes it again): not ours to hurry.
+                return None
 
             return self._lease(conn, task, worker=worker, lease=lease, now=now, start=False)
 

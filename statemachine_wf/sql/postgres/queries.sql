@@ -310,7 +310,8 @@ SELECT t.*, i.status AS instance_status
 FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
 WHERE t.instance_id = %(id)s AND t.slot = ''
   AND (t.lease_owner IS NULL OR t.due_at <= now())
-  AND (t.in_flight OR t.due_at <= now() OR i.status = 'STALLED')
+  AND (t.in_flight OR t.due_at <= now()
+       OR (i.status = 'STALLED' AND (i.error->>'code') IS DISTINCT FROM 'quarantined'))
 FOR UPDATE OF t SKIP LOCKED;
 
 -- name: bump_version

@@ -201,6 +201,12 @@ def test_missing_step_definition_is_dead_lettered(store: Store) -> None:
     assert letter["reason"] == "missing definition: inbox.changed.v1 has no step 'gone'"
     assert letter["worker"] == "runner-new"
     assert client.status(i) == Status.STALLED
+    # A start-up pass (which takes STALLED instances to reconcile them) leaves a
+    # quarantined one alone: it listed the instance before another thread quarantined
+    # it, and once wrote a second letter for it.
+    assert store.claim_instance(i, worker="runner-restarted", lease=30) is None
+    run_all(store, [V1Changed], worker_id="runner-restarted")
+    assert len(client.dead_letters()) == 1
 
 
 def test_redrive_of_unknown_letter_is_not_found(store: Store) -> None:
