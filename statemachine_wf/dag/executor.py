@@ -6,14 +6,16 @@ try). Then:
 
 1. the context is folded from the log and the node's handler runs, outside any
    transaction;
-2. its result is appended as ``NODE_COMPLETED`` for the node's run -- idempotent under
-   the log's unique index, so a duplicate delivery writes nothing and stops here;
-3. a CAS loop on the instance version: read the log, compute the successors that became
-   ready and are not dispatched yet, and in one commit append their ``NODE_DISPATCHED``,
-   insert their tasks, delete this node's task and bump the version (or complete the
-   instance when an end node finished). A loser re-reads and sees the winner's dispatch.
+2. one version-checked commit appends its result as ``NODE_COMPLETED`` for the node's
+   run together with what follows from it: the ``NODE_DISPATCHED`` of the successors
+   that became ready and are not dispatched yet, their tasks, this node's task deleted
+   and the version bumped (or the instance completed when an end node finished). The
+   decision is made on the read the node ran on, so a node in a chain costs its claim,
+   one read and this commit. A loser of the CAS re-reads the log's tail and decides
+   again; a duplicate delivery finds the result already there (in the view, or through
+   the log's unique index, which fails the whole commit) and writes nothing.
 
-A node task whose run is already completed (its runner died between steps 2 and 3) is
+A node task whose run is already completed (a result recorded but not scheduled) is
 only scheduled; a failure retries with backoff (the task is due again later) and then,
 per node, follows the ``error`` handle or fails the instance.
 
@@ -31,13 +33,14 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..errors import ConcurrencyConflict, Fail, InputError, LeaseLost, StepFailure
-from ..events import Ev, NewEvent, Status
+from ..events import Ev, EventRecord, NewEvent, Status
 from ..store import Claim, DagCommit, DagSnapshot, Store
 from . import interpret
 from .handlers import ChildRunning, LoopState, NodeCall, NodeResult, Registry, handler_for
@@ -163,6 +166,7 @@ class DagExecutor:
             run,
             NodeResult(output, result.handle, result.delay),
             attempt=claim.task.attempt,
+            snap=snap,
         )
 
     def complete(
@@ -175,11 +179,15 @@ class DagExecutor:
         *,
         attempt: int,
         error: bool = False,
+        snap: DagSnapshot | None = None,
     ) -> bool:
-        """Record ``node``'s run ``run`` as completed with ``result``, then schedule.
+        """Record ``node``'s run ``run`` as completed with ``result`` and schedule what
+        follows, in one version-checked commit.
 
-        Returns False (and writes nothing else) when the result was already recorded: a
-        duplicate delivery, or the instance has ended.
+        Returns False (and writes nothing) when the result was already recorded (a
+        duplicate delivery: the log's unique index, or the view, says so) or the
+        instance has ended. ``snap``: the read the node ran on, tried first (a chain
+        node then costs its claim, one read and this commit).
         """
         payload: dict[str, Any] = {
             "output": result.output,
@@ -192,20 +200,31 @@ class DagExecutor:
         if error:
             payload["error"] = True
         event = NewEvent(Ev.NODE_COMPLETED, node, run, payload)
-        if not self.store.dag_record(instance_id, event, worker=self.worker):
+
+        def decide(s: DagSnapshot, view: LogView) -> DagDecision | None:
+            if s.instance.status.terminal or node not in s.open_slots:
+                return None  # over, or this run was scheduled by someone else
+            if view.completion(node, run) is not None:
+                return None  # a duplicate delivery recorded it first: its runner schedules
+            record = EventRecord(
+                view.last_seq + 1, instance_id, str(Ev.NODE_COMPLETED), node, run,
+                payload, None, self.worker, 0.0,
+            )  # fmt: skip
+            decision = interpret.completed(
+                graph,
+                view.with_completion(record),
+                node,
+                run,
+                status=s.instance.status,
+                open_slots=s.open_slots,
+            )
+            assert decision is not None  # not terminal, and the node's task is open
+            return replace(decision, events=(event, *decision.events))
+
+        if not self._commit_loop(instance_id, decide, snap):
             log.info("instance %s: %s run %d result already recorded", instance_id, node, run)
             return False
-        self.schedule(instance_id, graph, node, run)
         return True
-
-    def schedule(self, instance_id: str, graph: Graph, node: str, run: int) -> None:
-        """The CAS loop after ``node``'s run completed: dispatch what became ready."""
-        self._commit_loop(
-            instance_id,
-            lambda s, v: interpret.completed(
-                graph, v, node, run, status=s.instance.status, open_slots=s.open_slots
-            ),
-        )
 
     def _cancelled(self, instance_id: str) -> bool:
         record = self.store.get(instance_id)
@@ -293,8 +312,9 @@ class DagExecutor:
         instance_id: str,
         make: Callable[[DagSnapshot, LogView], DagDecision | None],
         snap: DagSnapshot | None = None,
-    ) -> None:
-        """Decide on the cached view and commit, gated by the instance's version.
+    ) -> bool:
+        """Decide on the cached view and commit, gated by the instance's version; True if
+        a decision was committed, False if there was nothing to write.
 
         ``snap``: a read still good to decide on (its version is the CAS's; the view may
         only have folded in more since). Otherwise, and after every lost CAS, the tail of
@@ -308,11 +328,11 @@ class DagExecutor:
                 if snap is None or entry.view is None:
                     snap = self._read(entry, instance_id)
                     if snap is None:
-                        return
+                        return False
                 assert entry.view is not None
                 decision = make(snap, entry.view)
                 if decision is None:
-                    return
+                    return False
                 try:
                     self.store.dag_apply(
                         DagCommit(instance_id, snap.instance.version, decision, self.worker)
@@ -322,7 +342,7 @@ class DagExecutor:
                     continue
                 if decision.finish:
                     self._forget(instance_id)  # over: nothing left to decide
-                return
+                return True
         raise LeaseLost(f"instance {instance_id} keeps changing under this runner")
 
     # -- the per-instance cache ------------------------------------------------------------

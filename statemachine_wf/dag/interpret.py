@@ -123,6 +123,24 @@ class LogView:
             self.last_seq = e.seq
             self._add(e)
 
+    def with_completion(self, e: EventRecord) -> LogView:
+        """A copy with the ``NODE_COMPLETED`` ``e`` folded in; this view is unchanged.
+
+        For a decision committed together with ``e`` (the executor records a node's
+        result and schedules its successors in one commit). Only what a completion
+        touches is copied.
+        """
+        assert e.event_type == Ev.NODE_COMPLETED
+        assert e.node is not None
+        copy = replace(
+            self,
+            completions={**self.completions, e.node: list(self.completions.get(e.node, ()))},
+            variables=list(self.variables),
+        )
+        copy.last_seq = max(self.last_seq, e.seq)
+        copy._add(e)
+        return copy
+
     def _add(self, e: EventRecord) -> None:
         node = e.node
         if node is None:

@@ -24,7 +24,7 @@ from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition
 from statemachine_wf.dag.executor import DagExecutor
 from statemachine_wf.dag.handlers import NodeResult
 from statemachine_wf.dag.interpret import LogView
-from statemachine_wf.events import Ev
+from statemachine_wf.events import Ev, NewEvent
 from statemachine_wf.stores.postgres import PostgresStore
 
 from . import helpers as h
@@ -272,3 +272,45 @@ def test_duplicate_result_delivery_dispatches_nothing_twice(store: Store) -> Non
     assert set(dispatched.values()) == {1}
     assert set(completed.values()) == {1}
     assert len(dispatched) == 6
+
+
+def test_result_and_schedule_commit_together_and_a_duplicate_loses_whole(store: Store) -> None:
+    """A node's result and its successors' dispatch are one commit. A duplicate from
+    another runner, decided on the same read, writes nothing: neither its result (the
+    log's unique index) nor a second dispatch (the version)."""
+    client = DagClient(store)
+    iid = client.start(h.linear(2), {"x": 1})
+    first = DagExecutor(store, h.registry, worker="r1", loop=asyncio.new_event_loop)
+    second = DagExecutor(store, h.registry, worker="r2", loop=asyncio.new_event_loop)
+    graph = LogView.of(store.events(iid)).graph()
+    [claim] = store.dag_claim(worker="r1", types=["swf.dag"], lease=30)
+    node, run = claim.task.slot, 1
+    assert node == "s"
+    snap = store.dag_snapshot(iid)
+    assert snap is not None
+    before = len(client.history(iid))
+    # Both runners decide on the same read (the cache is per runner).
+    first._read(first._entry(iid), iid)
+    second._read(second._entry(iid), iid)
+    assert first.complete(iid, graph, node, run, NodeResult(None), attempt=1, snap=snap)
+    written = client.history(iid)[before:]
+    assert [(e.event_type, e.node) for e in written] == [
+        (Ev.NODE_COMPLETED, "s"),
+        (Ev.NODE_DISPATCHED, "n0"),
+    ]
+    assert not second.complete(iid, graph, node, run, NodeResult("other"), attempt=1, snap=snap)
+    assert client.history(iid)[before + 2 :] == []
+
+    # A result recorded on its own (no version bump) is found by the unique index.
+    [claim] = store.dag_claim(worker="r1", types=["swf.dag"], lease=30)
+    snap = store.dag_snapshot(iid)
+    assert snap is not None
+    first._read(first._entry(iid), iid)
+    assert store.dag_record(iid, recorded_result("n0", 1), worker="elsewhere")
+    assert not first.complete(iid, graph, "n0", 1, NodeResult(2), attempt=1, snap=snap)
+    dispatched = [e.node for e in client.history(iid) if e.event_type == Ev.NODE_DISPATCHED]
+    assert dispatched == ["s", "n0"]  # nothing dispatched for the refused duplicate
+
+
+def recorded_result(node: str, run: int) -> NewEvent:
+    return NewEvent(Ev.NODE_COMPLETED, node, run, {"output": 2, "handle": None, "try": 1})
