@@ -365,13 +365,19 @@ class Runner:
                     wait = self._idle_wait(self.store.next_due(types=self._due_types))
                     if wait > 0:
                         self.store.wait_for_work(wait)
-                        self._release_timer()
+                        self._local.held_timer = self._release_timer()
                     continue
                 # There may be more where that came from: pass the baton to one more worker.
                 # A resume of a waiting instance (a timer, a signal) passes it after its
                 # deliver commit instead: the woken worker's claim and next_due would
                 # otherwise compete with that commit (docs/architecture.md, "Waking up").
-                if all(not c.started and c.instance.waiting is not None for c in claims):
+                # Not when the claim saw nothing else due, unless this worker was the
+                # timer holder (another idle worker must take the timer over).
+                held_timer = getattr(self._local, "held_timer", False)
+                self._local.held_timer = False
+                if not held_timer and not any(c.more for c in claims):
+                    pass
+                elif all(not c.started and c.instance.waiting is not None for c in claims):
                     self._local.nudge = True
                 else:
                     self.store.nudge()
@@ -413,10 +419,13 @@ class Runner:
                 return due
         return poll
 
-    def _release_timer(self) -> None:
+    def _release_timer(self) -> bool:
+        """Give up the timer (if this worker held it); True if it did."""
         with self._timer_lock:
             if self._timer[0] == threading.get_ident():
                 self._timer = (None, 0.0)
+                return True
+            return False
 
     def _run_claim(self, claim: Claim, *, startup: bool) -> None:
         with self._busy_lock:

@@ -105,12 +105,16 @@ class Claim:
     ``signals``: for a waiting instance, its due pending signal and timer rows, read by
     the claim itself (what :meth:`Store.pending_signals` returns); ``None`` when the claim
     did not read them (the runner reads them itself).
+
+    ``more``: whether other due tasks were seen when this one was claimed (the runner
+    wakes one more idle worker only then). True when the claim did not look.
     """
 
     task: TaskRecord
     instance: InstanceRecord
     started: bool
     signals: tuple[SignalRecord, ...] | None = None
+    more: bool = True
 
 
 @dataclass(frozen=True, slots=True)

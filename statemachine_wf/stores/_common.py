@@ -6,7 +6,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..decide import Decision, Park
 from ..errors import InputError
@@ -14,6 +14,9 @@ from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
 from ..store import DagCommit, InstanceRecord, TaskRecord
 from ..waits import SignalRecord
+
+if TYPE_CHECKING:
+    from ..dag.interpret import DagDecision
 
 Encode = Callable[[Any], Any]
 
@@ -80,6 +83,17 @@ def new_event_dicts(events: tuple[NewEvent, ...]) -> list[dict[str, Any]]:
         }
         for e in events
     ]
+
+
+def dag_wakes(decision: DagDecision) -> bool:
+    """Whether a DAG commit must wake another worker (the ``dag_apply`` query's NOTIFY rule).
+
+    Only when somebody else has work: more than one node task added, a delayed one, or
+    a rescheduled one (the timer holder must learn its due time). A single task due now
+    is left to the committing worker, which claims next anyway.
+    """
+    added = decision.dispatch
+    return len(added) > 1 or any(t.delay > 0 for t in added) or decision.retry is not None
 
 
 def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:

@@ -679,7 +679,10 @@ class PostgresStore:
             Q["dag_claim"],
             {"types": list(types), "worker": worker, "lease": lease, "limit": limit},
         )
-        return [Claim(task_record(r), instance_record(r["instance"]), started=True) for r in rows]
+        return [
+            Claim(task_record(r), instance_record(r["instance"]), started=True, more=r["more"])
+            for r in rows
+        ]
 
     def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
         row = self._one(

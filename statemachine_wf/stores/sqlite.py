@@ -48,6 +48,7 @@ from ..waits import NewSignal, SignalRecord
 from ._common import (
     Wakeup,
     dag_apply_params,
+    dag_wakes,
     dumps,
     event_dicts,
     event_record,
@@ -960,8 +961,9 @@ class SQLiteStore:
         sql = Q["dag_due"] + where + " ORDER BY priority, due_at LIMIT ?"
         claims: list[Claim] = []
         with self._write() as conn:
-            rows = conn.execute(sql, [now, *params, limit]).fetchall()
-            for row in rows:
+            rows = conn.execute(sql, [now, *params, limit + 1]).fetchall()
+            more = len(rows) > limit  # another due task: the runner wakes one more worker
+            for row in rows[:limit]:
                 task = task_record(row)
                 conn.execute(
                     Q["dag_lease"], {"task_id": task.id, "worker": worker, "due_at": now + lease}
@@ -979,7 +981,7 @@ class SQLiteStore:
                 )
                 inst = conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
                 leased = _leased(task, worker, now + lease, task.attempt + 1, started=True)
-                claims.append(Claim(leased, instance_record(inst), started=True))
+                claims.append(Claim(leased, instance_record(inst), started=True, more=more))
         return claims
 
     def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
@@ -1082,7 +1084,7 @@ class SQLiteStore:
                     )
                 except sqlite3.IntegrityError as exc:
                     raise ConcurrencyConflict(commit.instance_id, commit.version) from exc
-        if d.dispatch or d.retry is not None:
+        if dag_wakes(d):
             self.nudge()
         return commit.version + 1
 

@@ -511,7 +511,12 @@ WITH picked AS (
     FROM claimed c
     ON CONFLICT DO NOTHING
 )
-SELECT c.*, true AS leased, to_jsonb(i) AS instance
+SELECT c.*, true AS leased, to_jsonb(i) AS instance,
+       -- Another due node task (not one of these): whether to wake one more worker.
+       -- Rows locked by a concurrent claim count too; a wake too many is harmless.
+       EXISTS (SELECT 1 FROM wf_tasks m
+               WHERE m.due_at <= now() AND m.type = ANY(%(types)s) AND m.kind = 'dag'
+                 AND m.id NOT IN (SELECT id FROM picked)) AS more
 FROM claimed c JOIN wf_instances i ON i.id = c.instance_id;
 
 -- name: dag_record
@@ -572,7 +577,7 @@ WITH inst AS (
     SELECT inst.id, d.node, d.node, 'dag', inst.type, inst.priority,
            now() + d.delay * interval '1 second', d.attempt
     FROM inst, jsonb_to_recordset(%(dispatch)s::jsonb) AS d (node text, delay float8, attempt int)
-    RETURNING id
+    RETURNING id, due_at > now() AS later
 ), dead AS (
     INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
     SELECT i.id,
@@ -584,9 +589,12 @@ WITH inst AS (
     FROM wf_instances i JOIN inst ON inst.id = i.id
     WHERE %(dead_letter)s::text IS NOT NULL
 )
--- Notify only when a node task was added or rescheduled (see apply_finish).
+-- Notify only when somebody else has work (see apply_finish): more than one node task
+-- added, a delayed one or a rescheduled one (timer holders must learn the due time). A
+-- single task due now is left to the committing worker, which claims next anyway.
 SELECT version,
-       CASE WHEN EXISTS (SELECT 1 FROM added) OR EXISTS (SELECT 1 FROM retried)
+       CASE WHEN (SELECT count(*) FROM added) > 1 OR EXISTS (SELECT 1 FROM added WHERE later)
+                 OR EXISTS (SELECT 1 FROM retried)
             THEN pg_notify(%(channel)s, type) END AS notified
 FROM inst;
 
