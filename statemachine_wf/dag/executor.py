@@ -106,6 +106,7 @@ class DagExecutor:
             snap = self._read(entry, instance_id)
             if snap is None:
                 return  # deleted (a stopped test run): its tasks went with it
+            seen = entry.commits
             view, graph = entry.view, entry.graph
             assert view is not None
             assert graph is not None
@@ -121,6 +122,7 @@ class DagExecutor:
                     graph, v, node, run, status=s.instance.status, open_slots=s.open_slots
                 ),
                 snap,
+                seen,
             )
             return
         if done:
@@ -132,6 +134,7 @@ class DagExecutor:
                     graph, v, node, run, status=s.instance.status, open_slots=s.open_slots
                 ),
                 snap,
+                seen,
             )
             return
         call = NodeCall(
@@ -167,6 +170,7 @@ class DagExecutor:
             NodeResult(output, result.handle, result.delay),
             attempt=claim.task.attempt,
             snap=snap,
+            seen=seen,
         )
 
     def complete(
@@ -180,6 +184,7 @@ class DagExecutor:
         attempt: int,
         error: bool = False,
         snap: DagSnapshot | None = None,
+        seen: int = -1,
     ) -> bool:
         """Record ``node``'s run ``run`` as completed with ``result`` and schedule what
         follows, in one version-checked commit.
@@ -187,7 +192,8 @@ class DagExecutor:
         Returns False (and writes nothing) when the result was already recorded (a
         duplicate delivery: the log's unique index, or the view, says so) or the
         instance has ended. ``snap``: the read the node ran on, tried first (a chain
-        node then costs its claim, one read and this commit).
+        node then costs its claim, one read and this commit) unless this runner has
+        committed to the instance since (``seen``: its commit count at that read).
         """
         payload: dict[str, Any] = {
             "output": result.output,
@@ -221,7 +227,7 @@ class DagExecutor:
             assert decision is not None  # not terminal, and the node's task is open
             return replace(decision, events=(event, *decision.events))
 
-        if not self._commit_loop(instance_id, decide, snap):
+        if not self._commit_loop(instance_id, decide, snap, seen):
             log.info("instance %s: %s run %d result already recorded", instance_id, node, run)
             return False
         return True
@@ -312,6 +318,7 @@ class DagExecutor:
         instance_id: str,
         make: Callable[[DagSnapshot, LogView], DagDecision | None],
         snap: DagSnapshot | None = None,
+        seen: int = -1,
     ) -> bool:
         """Decide on the cached view and commit, gated by the instance's version; True if
         a decision was committed, False if there was nothing to write.
@@ -324,6 +331,8 @@ class DagExecutor:
         """
         entry = self._entry(instance_id)
         with entry.lock:
+            if seen >= 0 and seen != entry.commits:
+                snap = None  # this runner committed since: that version is gone
             for _ in range(200):
                 if snap is None or entry.view is None:
                     snap = self._read(entry, instance_id)
@@ -340,6 +349,7 @@ class DagExecutor:
                 except ConcurrencyConflict:
                     snap = None  # somebody decided first: read what they did and decide again
                     continue
+                entry.commits += 1
                 if decision.finish:
                     self._forget(instance_id)  # over: nothing left to decide
                 return True
@@ -384,10 +394,13 @@ class DagExecutor:
 class _Cached:
     """One instance as this runner last read it: its graph and its folded log."""
 
-    __slots__ = ("graph", "lock", "view")
+    __slots__ = ("commits", "graph", "lock", "view")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.commits = 0
+        """Commits this runner made to the instance: a read older than the last one is
+        known stale without asking the database."""
         self.view: LogView | None = None
         self.graph: Graph | None = None
 

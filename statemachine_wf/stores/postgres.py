@@ -720,11 +720,8 @@ class PostgresStore:
             row = self._one(Q["dag_apply"], params)
         except ConcurrencyConflict:
             raise ConcurrencyConflict(commit.instance_id, commit.version) from None
-        if row is None:
-            current = self.get(commit.instance_id)
-            raise ConcurrencyConflict(
-                commit.instance_id, commit.version, None if current is None else current.version
-            )
+        if row is None:  # the executor re-reads anyway: no round trip for the current version
+            raise ConcurrencyConflict(commit.instance_id, commit.version)
         return int(row["version"])
 
     def dag_save(self, name: str, definition: dict[str, Any]) -> int:
