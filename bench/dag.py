@@ -11,9 +11,9 @@ processes and threads), then M pre-created instances of each shape run by ``Runn
 processes (``dags=registry``), timed from the barrier until the parent sees M COMPLETED.
 ``vs step`` is nodes/s divided by that steps/s: 1.0 means a DAG node costs what a
 state-machine step costs. Join latency is read from the log afterwards: the join's
-``NODE_DISPATCHED`` time minus the latest branch ``NODE_COMPLETED`` time, per fan-out
-instance (Postgres stamps events with their transaction's start, SQLite with the writer's
-clock). Nothing here asserts a timing.
+``NODE_STARTED`` time minus the latest branch ``NODE_COMPLETED`` time, per fan-out
+instance; its ``NODE_DISPATCHED`` is in that branch's own commit. Postgres stamps events
+with their transaction's start, SQLite with the writer's clock. Nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -164,7 +164,11 @@ def precreate(spec: dict[str, Any], shape: str, n: int) -> list[str]:
 
 
 def join_latencies(spec: dict[str, Any], ids: list[str]) -> list[float]:
-    """Seconds from the last branch's NODE_COMPLETED to the join's NODE_DISPATCHED."""
+    """Seconds from the last branch's NODE_COMPLETED to the join's NODE_STARTED.
+
+    The join's NODE_DISPATCHED is in the last branch's own commit (the same instant), so
+    the figure is how long a dispatched join waits for a worker to claim it.
+    """
     store = core.open_store(spec)
     out = []
     try:
@@ -176,9 +180,7 @@ def join_latencies(spec: dict[str, Any], ids: list[str]) -> list[float]:
                 if e.event_type == "NODE_COMPLETED" and e.node and e.node.startswith("b")
             ]
             joined = [
-                e.created_at
-                for e in events
-                if e.event_type == "NODE_DISPATCHED" and e.node == "join"
+                e.created_at for e in events if e.event_type == "NODE_STARTED" and e.node == "join"
             ]
             if done and joined:
                 out.append(joined[0] - max(done))
