@@ -4,7 +4,7 @@ A payload (a run's input, a signal's payload) is measured as the compact JSON th
 keeps. The default limit is 256 KiB, like Temporal's default blob warning size scaled down
 for a row in a relational table; ``SWF_MAX_PAYLOAD_BYTES`` changes it. The SQL producer
 paths check the limit too, read from the ``wf_settings`` row ``max_payload_bytes``
-(migration 009); PostgreSQL measures the JSON text it stores (a space after each ``,`` and
+(migrations 006 and 009); PostgreSQL measures the JSON text it stores (a space after each ``,`` and
 ``:``), so near the limit it can refuse what this module's compact measure let through.
 """
 

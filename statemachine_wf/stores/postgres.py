@@ -107,7 +107,7 @@ def _letter(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sizes(message: str) -> tuple[int, int]:
-    """``(size, limit)`` from a payload-limit refusal of migration 009's SQL."""
+    """``(size, limit)`` from a payload-limit refusal of the SQL of migrations 006 and 009."""
     found = re.search(r"is (\d+) bytes; the limit is (\d+) bytes", message)
     return (int(found.group(1)), int(found.group(2))) if found else (-1, -1)
 
@@ -629,7 +629,7 @@ class PostgresStore:
                 message = cause.diag.message_primary or str(cause)
                 raise InvalidState(message.removeprefix("wf_signals: ")) from None
             if state == "54000" and isinstance(cause, psycopg.Error):
-                # The limit in wf_settings (migration 009) is below this process's.
+                # The limit in wf_settings (migration 006) is below this process's.
                 size, limit = _sizes(cause.diag.message_primary or "")
                 raise PayloadTooLarge(f"signal {new.name!r} payload", size, limit) from None
             raise

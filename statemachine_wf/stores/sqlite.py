@@ -879,7 +879,7 @@ class SQLiteStore:
                     f"workflow instance {new.instance_id} has ended; it takes no more signals"
                 ) from None
             if "payload over the limit" in text:
-                # The limit in wf_settings (migration 009) is below this process's.
+                # The limit in wf_settings (migration 006) is below this process's.
                 size = len(dumps(new.payload).encode())
                 what = f"signal {new.name!r} payload"
                 raise PayloadTooLarge(what, size, self._max_payload_bytes()) from None

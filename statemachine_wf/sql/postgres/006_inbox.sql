@@ -29,6 +29,28 @@ ALTER TABLE wf_dead_letters ADD COLUMN redriven_at timestamptz;
 ALTER TABLE wf_dead_letters ADD COLUMN redriven_by text;
 ALTER TABLE wf_dead_letters ADD COLUMN redrive_instance_id uuid;
 
+-- Settings the SQL side reads. max_payload_bytes: the largest input (swf_start) or
+-- signal payload (INSERT INTO wf_signals) accepted, in bytes of the JSON text stored.
+-- `migrate` writes SWF_MAX_PAYLOAD_BYTES here when that is set in its environment;
+-- otherwise the row keeps its value (the Python default, 256 KiB, or what an operator
+-- set with UPDATE).
+CREATE TABLE wf_settings (
+    name       text PRIMARY KEY,
+    value      text NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT wf_settings_max_payload_bytes
+        CHECK (name <> 'max_payload_bytes' OR value ~ '^[1-9][0-9]{0,17}$')
+);
+INSERT INTO wf_settings (name, value) VALUES ('max_payload_bytes', '262144');
+
+CREATE FUNCTION swf_max_payload_bytes() RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path FROM CURRENT
+AS $fn$
+    SELECT coalesce((SELECT value::bigint FROM wf_settings WHERE name = 'max_payload_bytes'),
+                    262144)
+$fn$;
+
 -- The SQL contract for producers that are not Python: one statement starts a run.
 --   SELECT swf_start('billing.invoice.v1', '{"invoice": 7}'::jsonb,
 --                    idempotency_key => 'invoice:7', priority => 10,
@@ -53,10 +75,18 @@ AS $fn$
 DECLARE
     new_id uuid := coalesce(swf_start.id, gen_random_uuid());
     found_id uuid;
+    size bigint;
+    cap bigint := swf_max_payload_bytes();
 BEGIN
     IF swf_start.type IS NULL OR swf_start.input IS NULL THEN
         RAISE EXCEPTION 'swf_start: type and input are required'
             USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    size := octet_length(swf_start.input::text);
+    IF size > cap THEN
+        RAISE EXCEPTION 'swf_start: input is % bytes; the limit is % bytes', size, cap
+            USING ERRCODE = 'program_limit_exceeded',
+                  HINT = 'the limit is wf_settings.max_payload_bytes';
     END IF;
     IF swf_start.priority IS NULL OR swf_start.priority < 0 THEN
         RAISE EXCEPTION 'swf_start: priority must be >= 0, got %', swf_start.priority

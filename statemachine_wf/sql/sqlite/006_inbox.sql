@@ -17,6 +17,17 @@ ALTER TABLE wf_dead_letters ADD COLUMN redriven_at REAL;
 ALTER TABLE wf_dead_letters ADD COLUMN redriven_by TEXT;
 ALTER TABLE wf_dead_letters ADD COLUMN redrive_instance_id TEXT;
 
+-- Settings the SQL side reads (see the PostgreSQL migration of the same number).
+CREATE TABLE wf_settings (
+    name       TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,
+    updated_at REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0),
+    CONSTRAINT wf_settings_max_payload_bytes
+        CHECK (name <> 'max_payload_bytes'
+               OR (value NOT GLOB '*[^0-9]*' AND value NOT GLOB '0*' AND length(value) <= 18))
+);
+INSERT INTO wf_settings (name, value) VALUES ('max_payload_bytes', '262144');
+
 -- The SQL contract for producers that are not Python: one INSERT starts a run.
 --   INSERT INTO wf_start (type, input, idempotency_key, priority, run_at)
 --   VALUES ('billing.invoice.v1', '{"invoice": 7}', 'invoice:7', 10, NULL);
@@ -31,6 +42,10 @@ BEGIN
     SELECT RAISE(ABORT, 'wf_start: type and input are required')
     WHERE NEW.type IS NULL OR NEW.input IS NULL;
     SELECT RAISE(ABORT, 'wf_start: input is not JSON') WHERE NOT json_valid(NEW.input);
+    SELECT RAISE(ABORT, 'wf_start: input over the limit in wf_settings.max_payload_bytes')
+    WHERE length(CAST(json(NEW.input) AS BLOB))
+          > coalesce((SELECT CAST(value AS INTEGER) FROM wf_settings
+                      WHERE name = 'max_payload_bytes'), 262144);
     SELECT RAISE(ABORT, 'wf_start: priority must be >= 0')
     WHERE coalesce(NEW.priority, 100) < 0;
     INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)

@@ -1,4 +1,4 @@
-"""The payload limit on the SQL producer paths (migration 009), from psql and sqlite3.
+"""The payload limit on the SQL producer paths (migrations 006 and 009), from psql and sqlite3.
 
 ``swf_start`` / the ``wf_start`` view and a plain ``INSERT INTO wf_signals`` refuse a
 payload over ``wf_settings.max_payload_bytes`` with an error naming the limit, and write
