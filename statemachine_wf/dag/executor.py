@@ -115,19 +115,11 @@ class DagExecutor:
             done = view.completion(node, run) is not None
             ctx = {} if terminal or done else view.context()
             loop_state = None if terminal or done else _loop_state(graph, view, node, run)
-        if terminal:
-            self._commit_loop(
-                instance_id,
-                lambda s, v: interpret.completed(
-                    graph, v, node, run, status=s.instance.status, open_slots=s.open_slots
-                ),
-                snap,
-                seen,
-            )
-            return
-        if done:
-            # Completed by a runner that died before scheduling: schedule only.
-            log.info("instance %s: %s run %d already completed; scheduling", instance_id, node, run)
+        if terminal or done:
+            # Over (the task only goes), or a result recorded but never scheduled (by an
+            # older version, which wrote the two in separate commits): schedule only.
+            if done:
+                log.info("instance %s: %s run %d already completed", instance_id, node, run)
             self._commit_loop(
                 instance_id,
                 lambda s, v: interpret.completed(
