@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -67,45 +66,10 @@ def _runners(
     store = PostgresStore(pg_dsn, schema=pg_schema)
     store.migrate()
     marks = tmp_path / "marks.txt"
-    procs: list[subprocess.Popen[bytes]] = []
-    logs = []
-    for n in range(4):
-        logs.append((tmp_path / f"runner-{n}.log").open("wb"))
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.integration.dag.worker_main",
-                pg_dsn,
-                pg_schema,
-                str(marks),
-                "4",
-                str(lease),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=logs[-1],
-        )
-        procs.append(proc)
-    for proc in procs:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().startswith(b"READY")
     try:
-        yield store, marks, procs
+        with h.runner_processes(pg_dsn, pg_schema, marks, count=4, lease=lease) as procs:
+            yield store, marks, procs
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            assert proc.stdout is not None
-            proc.stdout.close()
-        for f in logs:
-            f.close()
         store.close()
 
 
