@@ -51,11 +51,24 @@ class Target:
     def open_ledger(self) -> Ledger:
         return open_ledger(self.ledger_spec)
 
+    def open_sql(self) -> Any:
+        """A psycopg connection (autocommit) on the target's Postgres schema."""
+        import psycopg
+
+        return psycopg.connect(self.url, autocommit=True, options=f"-c search_path={self.schema}")
+
     def args(self) -> list[str]:
         out = ["--url", self.url, "--ledger", self.ledger_spec]
         if self.schema is not None:
             out += ["--schema", self.schema]
         return out
+
+
+def sql_scalar(sql: Any, query: str, *params: Any) -> Any:
+    """The first column of the first row of ``query`` on the connection ``sql``."""
+    row = sql.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
 
 
 def poll_until(

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Any
+from functools import partial
 
 import pytest
 
 from statemachine_wf.client import Client
 from statemachine_wf.events import Ev
 
-from .harness import Children, Target, assert_durable, poll_until
+from .harness import Children, Target, assert_durable, poll_until, sql_scalar
 from .workflows import STEPS, Ledgered
 
 
@@ -22,19 +22,11 @@ from .workflows import STEPS, Ledgered
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_one_of_three_runners_sigkilled_the_others_take_over(pg_target: Target) -> None:
-    import psycopg
-
     n = 240
     store = pg_target.open_store()
     ledger = pg_target.open_ledger()
-    sql = psycopg.connect(
-        pg_target.url, autocommit=True, options=f"-c search_path={pg_target.schema}"
-    )
-
-    def scalar(query: str, *params: Any) -> Any:
-        row = sql.execute(query, params).fetchone()
-        assert row is not None
-        return row[0]
+    sql = pg_target.open_sql()
+    scalar = partial(sql_scalar, sql)
 
     try:
         workers = ["node-a", "node-b", "node-c"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
-from typing import Any
+from functools import partial
 
 import pytest
 
@@ -21,7 +21,7 @@ from statemachine_wf.client import Client
 from statemachine_wf.events import Ev
 from statemachine_wf.store import Store
 
-from .harness import Children, Target, assert_durable, count_completed, poll_until
+from .harness import Children, Target, assert_durable, count_completed, poll_until, sql_scalar
 from .workflows import STEPS, Ledgered
 
 
@@ -78,19 +78,11 @@ def test_four_runner_processes_on_postgres_complete_1000_instances_once(
 ) -> None:
     """With ``victim``, runner pg-0 SIGKILLs itself just before its 150th completion commit
     (a 2 s lease): the other three take its work over, and no step completes twice."""
-    import psycopg
-
     n = 1000
     store = pg_target.open_store()
     ledger = pg_target.open_ledger()
-    sql = psycopg.connect(
-        pg_target.url, autocommit=True, options=f"-c search_path={pg_target.schema}"
-    )
-
-    def scalar(query: str, *params: Any) -> Any:
-        row = sql.execute(query, params).fetchone()
-        assert row is not None
-        return row[0]
+    sql = pg_target.open_sql()
+    scalar = partial(sql_scalar, sql)
 
     try:
         workers = [f"pg-{k}" for k in range(4)]
