@@ -126,6 +126,25 @@ def fresh_store(spec: dict[str, Any]) -> None:
     store.close()
 
 
+def child_result(stop: Any, results: Any) -> dict[str, Any]:
+    """Tell a latency run's runner child to stop and take its report (raise its error)."""
+    stop.set()
+    out: dict[str, Any] = results.get(timeout=60)
+    if "error" in out:
+        raise RuntimeError(out["error"])
+    return out
+
+
+def stop_child(stop: Any, proc: Any, client_store: Any, spec: dict[str, Any]) -> None:
+    """Stop a latency run's runner child (killed after 60 s), close the store, drop it."""
+    stop.set()
+    proc.join(timeout=60)
+    if proc.is_alive():
+        proc.kill()
+    client_store.close()
+    drop_store(spec)
+
+
 def drop_store(spec: dict[str, Any]) -> None:
     if spec["store"] == "pg":
         import psycopg
@@ -726,17 +745,9 @@ def run_latency(s: Settings, store: str) -> Result:
                 firsts.append((t_first - t0) * 1000)
                 calls.append((t_returned - t0) * 1000)
             time.sleep(0.02)  # let every worker go back to waiting
-        stop.set()
-        out = results.get(timeout=60)
-        if "error" in out:
-            raise RuntimeError(out["error"])
+        child_result(stop, results)
     finally:
-        stop.set()
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
-        client_store.close()
-        drop_store(spec)
+        stop_child(stop, proc, client_store, spec)
     extra = {
         "p50_ms": _pct(firsts, 50),
         "p90_ms": _pct(firsts, 90),

@@ -23,7 +23,17 @@ from pydantic import BaseModel
 from statemachine_wf.context import StepContext
 from statemachine_wf.workflow import COMPLETED, Workflow, step
 
-from .core import _child, _pct, _spec, drop_store, fresh_store, open_store, pg_dsn, warm_pool
+from .core import (
+    _child,
+    _pct,
+    _spec,
+    child_result,
+    fresh_store,
+    open_store,
+    pg_dsn,
+    stop_child,
+    warm_pool,
+)
 
 REPORT: Any = None  # set in the runner child: (instance_id, lateness in s)
 
@@ -109,17 +119,9 @@ def run_store(s: Settings, store: str) -> dict[str, Any]:
             iid, lateness = report.get(timeout=60)
             if iid in ids:
                 late.append(lateness * 1000)
-        stop.set()
-        out = results.get(timeout=60)
-        if "error" in out:
-            raise RuntimeError(out["error"])
+        child_result(stop, results)
     finally:
-        stop.set()
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
-        client_store.close()
-        drop_store(spec)
+        stop_child(stop, proc, client_store, spec)
     return {
         "store": store,
         "n": s.n,
