@@ -174,7 +174,7 @@ def test_sigkill_the_runner_of_a_running_child(
     try:
         with h.runner_processes(url, schema, marks, count=2, lease=2.0) as procs:
             ids = [
-                client.start(h.sub_workflow(), h.child_input(i, pause=2.0, run=f"r{i}"))
+                client.start(h.sub_workflow(), h.child_input(i, pause=4.0, run=f"r{i}"))
                 for i in range(3)
             ]
             _wait_for(
@@ -182,9 +182,14 @@ def test_sigkill_the_runner_of_a_running_child(
                 lambda: marks.exists() and "child:work" in marks.read_text(),
                 timeout=30,
             )
-            child = next(c for i in ids for c in store.children(i) if c.status == Status.RUNNING)
+            # The child whose work step began first, just now (its mark is the first): the
+            # kill lands inside its 4 s. (Taking the first RUNNING child instead once
+            # picked one whose step had begun earlier and ended before the kill.)
+            first = next(m for m in marks.read_text().splitlines() if m.endswith(" child:work"))
+            run = first.split()[0]
+            child = next(c for i in ids for c in store.children(i) if c.input["run"] == run)
             started = [e for e in store.events(child.id) if e.event_type == Ev.STEP_STARTED]
-            assert started[-1].node == "work"  # 2 s long: the kill lands inside it
+            assert started[-1].node == "work"
             victim = next(p for p in procs if f":{p.pid}:" in str(started[-1].worker))
             victim.send_signal(signal.SIGKILL)
             victim.wait()
