@@ -122,8 +122,8 @@ def _read_keys(path: Path, accounts: int, timeout: float = 30.0) -> list[str]:
 
 def start_chain(tmp: str, tag: str, *, block_time: float | None, accounts: int) -> Chain:
     """anvil with ``accounts`` funded dev accounts and ChaosChain deployed by the last one."""
-    from adapters.ethereum import EthereumClient, LocalSigner, deploy, start_anvil
     from examples.contracts import chaoschain_artifact
+    from statemachine_wf.adapters.ethereum import EthereumClient, LocalSigner, deploy, start_anvil
 
     cfg = Path(tmp) / f"anvil-{tag}.json"
     node = start_anvil(
@@ -149,14 +149,14 @@ class Arweave:
     wallet: Any  # ArweaveWallet
 
     def client(self) -> Any:
-        from adapters.arweave import ArweaveClient
+        from statemachine_wf.adapters.arweave import ArweaveClient
 
         return ArweaveClient(self.node.url, self.wallet, timeout=30.0)
 
 
 @contextlib.contextmanager
 def arweave(log: Callable[[str], None]) -> Iterator[Arweave]:
-    from adapters.arweave import ArweaveWallet, start_arlocal
+    from statemachine_wf.adapters.arweave import ArweaveWallet, start_arlocal
 
     node = start_arlocal()
     try:
@@ -179,7 +179,7 @@ class _Counting:
 def counting_client(url: str) -> tuple[Any, _Counting]:
     from web3 import Web3
 
-    from adapters.ethereum import EthereumClient
+    from statemachine_wf.adapters.ethereum import EthereumClient
 
     counter = _Counting()
 
@@ -307,7 +307,7 @@ def _timings(store: Any, ids: list[str]) -> dict[str, Any]:
 
 # -- (1) + (2): throughput and latency ----------------------------------------------------
 def run_throughput(s: ChainSettings, ar: Arweave, chain: Chain, mode: str, k: int) -> Row:
-    from adapters.ethereum import LocalSigner
+    from statemachine_wf.adapters.ethereum import LocalSigner
     from statemachine_wf.stores.sqlite import SQLiteStore
 
     per = s.per_signer_auto if mode == "automine" else s.per_signer_block
@@ -346,7 +346,7 @@ def run_throughput(s: ChainSettings, ar: Arweave, chain: Chain, mode: str, k: in
 
 # -- (3): start-up reconciliation ---------------------------------------------------------
 def run_recon(s: ChainSettings, ar: Arweave, log: Callable[[str], None]) -> Row:
-    from adapters.ethereum import LocalSigner
+    from statemachine_wf.adapters.ethereum import LocalSigner
     from statemachine_wf.stores.sqlite import SQLiteStore
 
     n = s.recon

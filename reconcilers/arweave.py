@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from adapters.arweave import ArweaveClient
+from statemachine_wf.adapters.arweave import ArweaveClient
 
 __all__ = ["UploadKind", "UploadVerdict", "upload_fate"]
 

@@ -24,8 +24,8 @@ from web3.contract import Contract
 from web3.exceptions import BadFunctionCallOutput
 from web3.types import BlockIdentifier
 
-from adapters.ethereum.client import ConfirmationRule, EthereumClient, TxStatus
-from adapters.ethereum.errors import ChainError, chain_errors
+from statemachine_wf.adapters.ethereum.client import ConfirmationRule, EthereumClient, TxStatus
+from statemachine_wf.adapters.ethereum.errors import ChainError, chain_errors
 
 __all__ = [
     "Broadcast",

@@ -24,8 +24,9 @@ The tree::
             ├── Snooze             not a failure: run this step again in N seconds
             └── Parked             not a failure: ctx.wait_for / ctx.sleep parked the step
 
-Adapters root their own errors here too (``adapters.ethereum.errors.ChainError`` is a
-``WorkflowError``), so ``except WorkflowError`` catches everything the SDK raises.
+Adapters root their own errors here too
+(``statemachine_wf.adapters.ethereum.errors.ChainError`` is a ``WorkflowError``), so
+``except WorkflowError`` catches everything the SDK raises.
 Each class docstring is its default message.
 """
 

@@ -19,21 +19,21 @@ from typing import Any, Literal
 
 import httpx
 
-from adapters.arweave.errors import (
+from statemachine_wf.adapters.arweave.errors import (
     ArweaveError,
     GatewayUnavailable,
     InsufficientFunds,
     InvalidTransaction,
     TransactionNotFound,
 )
-from adapters.arweave.merkle import compute_data_root
-from adapters.arweave.transaction import (
+from statemachine_wf.adapters.arweave.merkle import compute_data_root
+from statemachine_wf.adapters.arweave.transaction import (
     PreparedTx,
     b64url_encode,
     build_transaction,
     is_tx_id,
 )
-from adapters.arweave.wallet import ArweaveWallet
+from statemachine_wf.adapters.arweave.wallet import ArweaveWallet
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "ArStatus", "ArweaveClient", "StatusKind", "UploadResult"]
 

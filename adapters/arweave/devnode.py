@@ -30,7 +30,7 @@ from types import TracebackType
 
 import httpx
 
-from adapters.arweave.errors import GatewayUnavailable
+from statemachine_wf.adapters.arweave.errors import GatewayUnavailable
 
 __all__ = ["ArLocalNode", "find_node_modules", "start_arlocal"]
 

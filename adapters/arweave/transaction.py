@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.arweave.errors import InvalidTransaction
-from adapters.arweave.merkle import TransactionChunks, generate_transaction_chunks
-from adapters.arweave.wallet import ArweaveWallet
+from statemachine_wf.adapters.arweave.errors import InvalidTransaction
+from statemachine_wf.adapters.arweave.merkle import TransactionChunks, generate_transaction_chunks
+from statemachine_wf.adapters.arweave.wallet import ArweaveWallet
 
 __all__ = [
     "MAX_TAGS_BYTES",

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from adapters.arweave.errors import WalletError
+from statemachine_wf.adapters.arweave.errors import WalletError
 
 __all__ = ["WALLET_ENV_VAR", "ArweaveWallet"]
 

@@ -1,11 +1,11 @@
 """A thin, synchronous Ethereum client for money-moving workflows.
 
 It does the few things a durable transaction queue needs, with every failure mapped to
-:mod:`adapters.ethereum.errors`:
+:mod:`statemachine_wf.adapters.ethereum.errors`:
 
 * build an EIP-1559 transaction (fees from the chain, estimated gas with a margin);
 * send signed raw bytes (idempotent: re-sending the same bytes reports
-  :class:`~adapters.ethereum.errors.AlreadyKnown` with the hash);
+  :class:`~statemachine_wf.adapters.ethereum.errors.AlreadyKnown` with the hash);
 * decide a transaction's fate, :meth:`EthereumClient.receipt_status`, under a
   confirmation rule (N blocks, or the ``safe``/``finalized`` tags);
 * replace a stuck transaction, :meth:`EthereumClient.bump_fees`.
@@ -122,7 +122,7 @@ class EthereumClient:
         Args:
             url: The node's HTTP endpoint.
             timeout: Seconds per request (connect and read) before
-                :class:`~adapters.ethereum.errors.RpcUnavailable`.
+                :class:`~statemachine_wf.adapters.ethereum.errors.RpcUnavailable`.
         """
         provider = Web3.HTTPProvider(
             url,

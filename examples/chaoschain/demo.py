@@ -44,11 +44,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from adapters.arweave import ArweaveClient, ArweaveWallet, start_arlocal
-from adapters.ethereum import EthereumClient, LocalSigner, Signer, deploy, start_anvil
-from adapters.ethereum.devnode import ANVIL_DEV_PRIVATE_KEYS
 from examples.contracts import chaoschain_artifact
 from statemachine_wf import Client, Runner, RunnerOptions, Status, Workflow, open_store
+from statemachine_wf.adapters.arweave import ArweaveClient, ArweaveWallet, start_arlocal
+from statemachine_wf.adapters.ethereum import (
+    EthereumClient,
+    LocalSigner,
+    Signer,
+    deploy,
+    start_anvil,
+)
+from statemachine_wf.adapters.ethereum.devnode import ANVIL_DEV_PRIVATE_KEYS
 from statemachine_wf.store import Store
 
 from .workflows import ChaosChainSettings, CloseEpoch, ScoreSubmission, WorkSubmission, data_hash_of

@@ -55,28 +55,7 @@ from eth_utils.crypto import keccak
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from web3.contract import Contract
 
-from adapters.arweave import ArweaveClient, PreparedTx, WalletError
-from adapters.arweave import GatewayUnavailable as ArGatewayUnavailable
-from adapters.arweave import InsufficientFunds as ArInsufficientFunds
-from adapters.arweave import InvalidTransaction as ArInvalidTransaction
-from adapters.arweave import TransactionNotFound as ArTransactionNotFound
-from adapters.ethereum import (
-    AlreadyKnown,
-    ConfirmationRule,
-    ConfirmationTimeout,
-    EthereumClient,
-    InsufficientFunds,
-    NonceTooLow,
-    ReplacementUnderpriced,
-    Reverted,
-    RpcUnavailable,
-    Signer,
-    SignerError,
-)
-from adapters.ethereum.txqueue import QueueSettings, TxQueue, TxQueueProgress, tx_records
 from examples.contracts import chaoschain_artifact
-from reconcilers.arweave import upload_fate
-from reconcilers.ethereum import epoch_closed, score_submitted, work_evidence
 from statemachine_wf import (
     COMPLETED,
     Fail,
@@ -91,6 +70,32 @@ from statemachine_wf import (
     reconcile,
     step,
 )
+from statemachine_wf.adapters.arweave import ArweaveClient, PreparedTx, WalletError
+from statemachine_wf.adapters.arweave import GatewayUnavailable as ArGatewayUnavailable
+from statemachine_wf.adapters.arweave import InsufficientFunds as ArInsufficientFunds
+from statemachine_wf.adapters.arweave import InvalidTransaction as ArInvalidTransaction
+from statemachine_wf.adapters.arweave import TransactionNotFound as ArTransactionNotFound
+from statemachine_wf.adapters.ethereum import (
+    AlreadyKnown,
+    ConfirmationRule,
+    ConfirmationTimeout,
+    EthereumClient,
+    InsufficientFunds,
+    NonceTooLow,
+    ReplacementUnderpriced,
+    Reverted,
+    RpcUnavailable,
+    Signer,
+    SignerError,
+)
+from statemachine_wf.adapters.ethereum.txqueue import (
+    QueueSettings,
+    TxQueue,
+    TxQueueProgress,
+    tx_records,
+)
+from statemachine_wf.reconcilers.arweave import upload_fate
+from statemachine_wf.reconcilers.ethereum import epoch_closed, score_submitted, work_evidence
 from statemachine_wf.workflow import ErrorMap
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapters.ethereum.contract import ContractArtifact
+from statemachine_wf.adapters.ethereum.contract import ContractArtifact
 
 __all__ = ["CHAOSCHAIN_JSON", "chaoschain_artifact"]
 

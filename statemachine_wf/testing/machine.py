@@ -518,7 +518,7 @@ def check_workflow(
     base = settings or machine.TestCase.settings
     if max_examples is not None:
         base = Settings(base, max_examples=max_examples)
-    run_state_machine_as_test(machine, settings=base)  # type: ignore[no-untyped-call]
+    run_state_machine_as_test(machine, settings=base)  # type: ignore[no-untyped-call,unused-ignore]
 
 
 __all__ = [

@@ -27,7 +27,8 @@ import pytest
 from web3 import EthereumTesterProvider, Web3
 from web3.contract import Contract
 
-from adapters.ethereum import (
+from examples.contracts import chaoschain_artifact
+from statemachine_wf.adapters.ethereum import (
     AnvilNode,
     ContractArtifact,
     EthereumClient,
@@ -35,7 +36,6 @@ from adapters.ethereum import (
     deploy,
     start_anvil,
 )
-from examples.contracts import chaoschain_artifact
 
 # Fixed, test-only keys for the in-process chain (py-evm's own accounts are unlocked
 # node accounts; the adapter only ever signs locally, so tests fund these instead).

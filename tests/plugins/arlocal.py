@@ -16,7 +16,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from adapters.arweave import ArLocalNode, ArweaveClient, ArweaveWallet, start_arlocal
+from statemachine_wf.adapters.arweave import (
+    ArLocalNode,
+    ArweaveClient,
+    ArweaveWallet,
+    start_arlocal,
+)
 
 # 1000 AR: enough for thousands of test uploads at arlocal's price (~65.6 M winston/kB).
 FUNDING_WINSTON = 1000 * 10**12

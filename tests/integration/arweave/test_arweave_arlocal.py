@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from adapters.arweave import (
+from statemachine_wf.adapters.arweave import (
     ArLocalNode,
     ArweaveClient,
     ArweaveWallet,
@@ -24,9 +24,9 @@ from adapters.arweave import (
     PreparedTx,
     start_arlocal,
 )
-from adapters.arweave.merkle import compute_data_root
-from adapters.arweave.transaction import b64url_decode, b64url_encode
-from adapters.arweave.wallet import WALLET_ENV_VAR
+from statemachine_wf.adapters.arweave.merkle import compute_data_root
+from statemachine_wf.adapters.arweave.transaction import b64url_decode, b64url_encode
+from statemachine_wf.adapters.arweave.wallet import WALLET_ENV_VAR
 
 pytestmark = pytest.mark.chain
 

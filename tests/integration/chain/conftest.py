@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from web3.contract import Contract
 
-from adapters.arweave import ArLocalNode, ArweaveClient, ArweaveWallet
-from adapters.ethereum import AnvilNode, EthereumClient, LocalSigner, Signer
 from examples.chaoschain import ChaosChainSettings
 from statemachine_wf import Client, Runner, RunnerOptions, Status
+from statemachine_wf.adapters.arweave import ArLocalNode, ArweaveClient, ArweaveWallet
+from statemachine_wf.adapters.ethereum import AnvilNode, EthereumClient, LocalSigner, Signer
 from statemachine_wf.stores.sqlite import SQLiteStore
 
 from .flows import FLOWS, deps, settings
@@ -116,7 +116,7 @@ def chain_env(
     chaoschain: Any,
     sqlite_path: str,
 ) -> Iterator[Env]:
-    from adapters.ethereum import deploy
+    from statemachine_wf.adapters.ethereum import deploy
 
     eth = EthereumClient.from_url(anvil.url, timeout=5.0)
     signers = [LocalSigner.from_private_key(k) for k in anvil.private_keys[:3]]

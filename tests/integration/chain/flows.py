@@ -12,11 +12,11 @@ from typing import Any
 
 from eth_utils.address import to_checksum_address
 
-from adapters.arweave import ArweaveClient
-from adapters.ethereum import EthereumClient, Signer
 from examples.chaoschain import ChaosChainSettings, CloseEpoch, ScoreSubmission, WorkSubmission
 from examples.chaoschain.workflows import data_hash_of
 from statemachine_wf import RetryPolicy
+from statemachine_wf.adapters.arweave import ArweaveClient
+from statemachine_wf.adapters.ethereum import EthereumClient, Signer
 
 QUICK = RetryPolicy(
     max_attempts=4,

@@ -46,7 +46,7 @@ def test_demo_killed_then_resumed(tmp_path: Path) -> None:
     assert "epoch 1 closed: True" in out
     assert "reconciled:" in out  # the start-up pass looked at what was in flight
     assert not any(alive(p) for p in pids)  # stopped by PID
-    from adapters.ethereum.devnode import ANVIL_DEV_PRIVATE_KEYS
+    from statemachine_wf.adapters.ethereum.devnode import ANVIL_DEV_PRIVATE_KEYS
 
     db = (workdir / "workflows.db").read_bytes().lower()
     for key in ANVIL_DEV_PRIVATE_KEYS:  # no private key in anything printed or stored

@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.arweave import ArweaveClient, ArweaveWallet
-from adapters.ethereum import EthereumClient, LocalSigner, SignedTx
 from statemachine_wf import Status
+from statemachine_wf.adapters.arweave import ArweaveClient, ArweaveWallet
+from statemachine_wf.adapters.ethereum import EthereumClient, LocalSigner, SignedTx
 
 from .conftest import Env, rpc, wait_for
 from .flows import STUDIO, QuickWork, work_input

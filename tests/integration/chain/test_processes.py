@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.arweave import ArLocalNode, ArweaveWallet
-from adapters.ethereum import (
+from statemachine_wf import Client, Status
+from statemachine_wf.adapters.arweave import ArLocalNode, ArweaveWallet
+from statemachine_wf.adapters.ethereum import (
     AnvilNode,
     ContractArtifact,
     EthereumClient,
@@ -19,7 +20,6 @@ from adapters.ethereum import (
     deploy,
     start_anvil,
 )
-from statemachine_wf import Client, Status
 from statemachine_wf.store import Store
 from statemachine_wf.stores import open_store
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from adapters.ethereum import EthereumClient
-from adapters.ethereum.devnode import free_port
 from statemachine_wf import Status
+from statemachine_wf.adapters.ethereum import EthereumClient
+from statemachine_wf.adapters.ethereum.devnode import free_port
 
 from .conftest import Env, close_http, rpc, wait_for
 from .flows import STUDIO, QuickWork, settings, work_input

@@ -30,15 +30,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from adapters.arweave import ArweaveClient, ArweaveWallet, PreparedTx, UploadResult
-from adapters.ethereum import (
+from statemachine_wf import Runner, RunnerOptions
+from statemachine_wf.adapters.arweave import ArweaveClient, ArweaveWallet, PreparedTx, UploadResult
+from statemachine_wf.adapters.ethereum import (
     ConfirmationRule,
     EthereumClient,
     LocalSigner,
     SignedTx,
     TxStatus,
 )
-from statemachine_wf import Runner, RunnerOptions
 from statemachine_wf.stores import open_store
 from tests.integration.chain.flows import FLOWS, deps, settings
 

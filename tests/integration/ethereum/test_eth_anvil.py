@@ -13,7 +13,7 @@ import pytest
 from eth_utils.address import to_checksum_address
 from web3.contract import Contract
 
-from adapters.ethereum import (
+from statemachine_wf.adapters.ethereum import (
     AlreadyKnown,
     AnvilNode,
     DevNodeError,
@@ -29,7 +29,7 @@ from adapters.ethereum import (
     find_anvil,
     start_anvil,
 )
-from adapters.ethereum.devnode import free_port
+from statemachine_wf.adapters.ethereum.devnode import free_port
 
 pytestmark = pytest.mark.chain
 

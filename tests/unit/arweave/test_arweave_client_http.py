@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-import adapters.arweave as arweave_adapter
-from adapters.arweave import (
+import statemachine_wf.adapters.arweave as arweave_adapter
+from statemachine_wf.adapters.arweave import (
     ArStatus,
     ArweaveClient,
     ArweaveError,
@@ -26,7 +26,7 @@ from adapters.arweave import (
     TransactionNotFound,
     build_transaction,
 )
-from adapters.arweave.transaction import b64url_encode
+from statemachine_wf.adapters.arweave.transaction import b64url_encode
 from statemachine_wf.errors import WorkflowError
 
 TX = "A" * 43

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.arweave.devnode import find_node_modules
-from adapters.arweave.merkle import (
+from statemachine_wf.adapters.arweave.devnode import find_node_modules
+from statemachine_wf.adapters.arweave.merkle import (
     MAX_CHUNK_SIZE,
     MIN_CHUNK_SIZE,
     chunk_data,
@@ -27,7 +27,7 @@ from adapters.arweave.merkle import (
     generate_transaction_chunks,
     validate_path,
 )
-from adapters.arweave.transaction import b64url_decode, b64url_encode
+from statemachine_wf.adapters.arweave.transaction import b64url_decode, b64url_encode
 
 ORACLE = Path(__file__).with_name("merkle_oracle.js")
 KIB = 1024

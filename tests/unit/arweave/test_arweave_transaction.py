@@ -10,9 +10,18 @@ from Crypto.Hash import SHA256
 from Crypto.PublicKey import RSA
 from Crypto.Signature import pss
 
-from adapters.arweave import ArweaveWallet, InvalidTransaction, PreparedTx, build_transaction
-from adapters.arweave.merkle import compute_data_root
-from adapters.arweave.transaction import MAX_TAGS_BYTES, b64url_decode, b64url_encode
+from statemachine_wf.adapters.arweave import (
+    ArweaveWallet,
+    InvalidTransaction,
+    PreparedTx,
+    build_transaction,
+)
+from statemachine_wf.adapters.arweave.merkle import compute_data_root
+from statemachine_wf.adapters.arweave.transaction import (
+    MAX_TAGS_BYTES,
+    b64url_decode,
+    b64url_encode,
+)
 
 ANCHOR = b64url_encode(bytes(range(48)))
 

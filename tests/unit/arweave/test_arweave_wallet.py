@@ -17,8 +17,8 @@ from Crypto.Hash import SHA256
 from Crypto.PublicKey import RSA
 from Crypto.Signature import pss
 
-from adapters.arweave import ArweaveWallet, WalletError
-from adapters.arweave.wallet import WALLET_ENV_VAR
+from statemachine_wf.adapters.arweave import ArweaveWallet, WalletError
+from statemachine_wf.adapters.arweave.wallet import WALLET_ENV_VAR
 from statemachine_wf.errors import WorkflowError
 
 PRIVATE_FIELDS = ("d", "p", "q", "dp", "dq", "qi")

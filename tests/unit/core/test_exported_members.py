@@ -29,6 +29,8 @@ def test_all_is_sorted_and_complete() -> None:
         "waits",
         "audit",
         "inbox",
+        "adapters",  # subpackages, imported by their own path
+        "reconcilers",
     }
     assert public - modules == set(exported)
 
@@ -38,9 +40,27 @@ def test_layout_core_imports_no_adapter() -> None:
     import re
 
     root = pathlib.Path(statemachine_wf.__file__).parent
+    outside = {"adapters", "reconcilers"}  # links to the repository's top-level folders
+    pattern = r"^\s*(from|import)\s+(statemachine_wf\.|\.+)?(adapters|reconcilers)\b"
     offenders = [
         str(p.relative_to(root))
         for p in root.rglob("*.py")
-        if re.search(r"^\s*(from|import)\s+(adapters|reconcilers)\b", p.read_text(), re.M)
+        if p.relative_to(root).parts[0] not in outside and re.search(pattern, p.read_text(), re.M)
+    ]
+    assert offenders == []
+
+
+def test_no_generic_top_level_import_names() -> None:
+    """Adapters and reconcilers are imported under this project's namespace only."""
+    import pathlib
+    import re
+
+    repo = pathlib.Path(statemachine_wf.__file__).resolve().parent.parent
+    pattern = r"^\s*(from|import)\s+(adapters|reconcilers)\b"
+    offenders = [
+        str(p.relative_to(repo))
+        for folder in ("statemachine_wf", "adapters", "reconcilers", "examples", "tests", "bench")
+        for p in (repo / folder).rglob("*.py")
+        if re.search(pattern, p.read_text(), re.M)
     ]
     assert offenders == []

@@ -8,7 +8,7 @@ import pytest
 from eth_utils.address import to_checksum_address
 from web3.contract import Contract
 
-from adapters.ethereum import (
+from statemachine_wf.adapters.ethereum import (
     AlreadyKnown,
     EthereumClient,
     InsufficientFunds,

@@ -19,7 +19,7 @@ from web3.exceptions import (
     Web3RPCError,
 )
 
-from adapters.ethereum.errors import (
+from statemachine_wf.adapters.ethereum.errors import (
     AlreadyKnown,
     ChainError,
     ConfirmationTimeout,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import adapters.ethereum as eth
+import statemachine_wf.adapters.ethereum as eth
 
 
 def test_exported_members() -> None:

@@ -13,7 +13,7 @@ from eth_account import Account
 from eth_typing import HexStr
 from eth_utils.crypto import keccak
 
-from adapters.ethereum import LocalSigner, SignedTx, Signer, SignerError
+from statemachine_wf.adapters.ethereum import LocalSigner, SignedTx, Signer, SignerError
 
 KEY = "0x4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318"
 KEY_HEX = KEY.removeprefix("0x")

@@ -11,17 +11,19 @@ from eth_utils.address import to_checksum_address
 from pydantic import BaseModel
 from web3.contract import Contract
 
-from adapters.arweave import ArweaveClient
-from adapters.ethereum import EthereumClient, LocalSigner
-from adapters.ethereum.txqueue import (
+from statemachine_wf.adapters.arweave import ArweaveClient
+from statemachine_wf.adapters.ethereum import EthereumClient, LocalSigner
+from statemachine_wf.adapters.ethereum.txqueue import (
     QueueSettings,
     TxQueue,
     TxQueueProgress,
     TxRecord,
     tx_records,
 )
-from reconcilers.arweave import upload_fate
-from reconcilers.ethereum import (
+from statemachine_wf.context import StepContext
+from statemachine_wf.errors import Snooze, Waiting
+from statemachine_wf.reconcilers.arweave import upload_fate
+from statemachine_wf.reconcilers.ethereum import (
     epoch_closed,
     nonce_used,
     signer_nonce,
@@ -29,8 +31,6 @@ from reconcilers.ethereum import (
     work_evidence,
     work_submitted,
 )
-from statemachine_wf.context import StepContext
-from statemachine_wf.errors import Snooze, Waiting
 
 STUDIO = to_checksum_address("0x00000000000000000000000000000000000057d1")
 DATA_HASH = "0x" + "01" * 32
