@@ -16,6 +16,7 @@ from .. import live
 from ..client import Client, wait_for_status
 from ..errors import ConcurrencyConflict, InputError, InvalidState, NotFound
 from ..events import EventRecord, Status
+from ..limits import check_payload
 from ..store import DagCommit, InstanceRecord, NewDagInstance, Store
 from . import interpret
 from .interpret import LogView
@@ -131,6 +132,7 @@ class DagClient:
             raise InputError(f"input must be a mapping, got {type(input).__name__}")
         graph = check(definition)
         data = dict(input or {})
+        check_payload("input", data)  # the limit Client.start enforces, before any write
         created = {
             "input": data,
             "dag": definition.dump(),
@@ -151,7 +153,7 @@ class DagClient:
             )
         )
         if not created_now:
-            existing = self.get(new_id)
+            existing = self.get(new_id, include_deleted=True)
             if existing.kind != "dag":
                 raise InputError(
                     f"idempotency key {idempotency_key!r} already started a {existing.type} "
@@ -160,14 +162,16 @@ class DagClient:
         return new_id
 
     # -- reading ---------------------------------------------------------------------------
-    def get(self, instance_id: str) -> InstanceRecord:
-        record = self.store.get(instance_id)
-        if record is None:
-            raise NotFound(f"no workflow instance {instance_id!r}")
-        return record
+    def get(self, instance_id: str, *, include_deleted: bool = False) -> InstanceRecord:
+        """The instance row, as :meth:`Client.get <statemachine_wf.Client.get>` gives it.
 
-    def history(self, instance_id: str) -> list[EventRecord]:
-        self.get(instance_id)
+        Raises:
+            NotFound: no such instance, or it was soft-deleted (unless ``include_deleted``).
+        """
+        return Client(self.store).get(instance_id, include_deleted=include_deleted)
+
+    def history(self, instance_id: str, *, include_deleted: bool = False) -> list[EventRecord]:
+        self.get(instance_id, include_deleted=include_deleted)
         return self.store.events(instance_id)
 
     def context(self, instance_id: str) -> dict[str, Any]:

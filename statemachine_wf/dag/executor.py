@@ -19,6 +19,13 @@ A node task whose run is already completed (a result recorded but not scheduled)
 only scheduled; a failure retries with backoff (the task is due again later) and then,
 per node, follows the ``error`` handle or fails the instance.
 
+A ``delay`` node is a timer: its first try records ``NODE_WAITING`` with the time it is
+due (``until``) and its task is rescheduled for then (lease released, no thread waits);
+the try that runs when it is due completes it, and only then are its successors
+dispatched. An internal error of the runtime (:class:`~.handlers.InternalError`) is
+retried whatever the node's policy says and, if it lasts, goes to the runner, which
+quarantines the instance: it never FAILS it.
+
 A ``sub_workflow`` node whose child is still running *parks* its task (``NODE_WAITING``,
 lease released, due only after a long safety-net delay) and its thread goes back to
 work. The child's finishing commit makes the task due again; the node then runs once
@@ -31,6 +38,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -43,7 +51,15 @@ from ..errors import ConcurrencyConflict, Fail, InputError, LeaseLost, StepFailu
 from ..events import Ev, EventRecord, NewEvent, Status
 from ..store import Claim, DagCommit, DagSnapshot, Store
 from . import interpret
-from .handlers import ChildRunning, LoopState, NodeCall, NodeResult, Registry, handler_for
+from .handlers import (
+    ChildRunning,
+    InternalError,
+    LoopState,
+    NodeCall,
+    NodeResult,
+    Registry,
+    handler_for,
+)
 from .interpret import DagDecision, LogView, TaskRetry
 from .models import ERROR_HANDLE, Graph
 from .templates import TemplateError
@@ -59,6 +75,10 @@ safety net (the child's end wakes it at once), for a wake-up lost to a hand-edit
 
 CACHED_INSTANCES = 512
 """Instances whose parsed graph and folded log a runner keeps (least recently used go)."""
+
+INTERNAL_ATTEMPTS = 5
+"""Tries of a node whose runs fail for an internal error of the runtime before the
+instance is quarantined (STALLED) instead."""
 
 _NOT_RETRYABLE = (Fail, TemplateError, InputError, ValidationError, TypeError)
 """Errors that another try cannot fix: bad config, a missing template path, bad args."""
@@ -115,6 +135,24 @@ class DagExecutor:
             done = view.completion(node, run) is not None
             ctx = {} if terminal or done else view.context()
             loop_state = None if terminal or done else _loop_state(graph, view, node, run)
+            timer = None if terminal or done else view.timers.get((node, run))
+        if timer is not None:
+            # A delay node's run whose timer was set: it completes once its time has come
+            # (its task was due then), with what it computed when the timer was set.
+            if time.time() < timer.until:
+                self._wait(claim, run, timer.seconds, timer.until, timer.output)
+            else:
+                self.complete(
+                    instance_id,
+                    graph,
+                    node,
+                    run,
+                    NodeResult(timer.output),
+                    attempt=claim.task.attempt,
+                    snap=snap,
+                    seen=seen,
+                )
+            return
         if terminal or done:
             # Over (the task only goes), or a result recorded but never scheduled (by an
             # older version, which wrote the two in separate commits): schedule only.
@@ -154,12 +192,18 @@ class DagExecutor:
         except (Exception, PydanticSerializationError) as exc:
             self._failed(graph, claim, run, exc)
             return
+        if result.delay > 0:
+            # A timer (the delay node): the run completes only when the time has come, so
+            # nothing downstream -- a join made ready later by another branch included --
+            # can run before. Its task sleeps until then; no thread waits.
+            self._wait(claim, run, result.delay, time.time() + result.delay, output)
+            return
         self.complete(
             instance_id,
             graph,
             node,
             run,
-            NodeResult(output, result.handle, result.delay),
+            NodeResult(output, result.handle),
             attempt=claim.task.attempt,
             snap=snap,
             seen=seen,
@@ -228,6 +272,30 @@ class DagExecutor:
         record = self.store.get(instance_id)
         return record is None or record.status == Status.CANCELLED
 
+    def _wait(self, claim: Claim, run: int, seconds: float, until: float, output: Any) -> None:
+        """Set (or keep) ``run``'s timer: ``NODE_WAITING`` and the task due at ``until``."""
+        instance_id, node = claim.instance.id, claim.task.slot
+        left = max(0.0, until - time.time())
+
+        def decide(snap: DagSnapshot, view: LogView) -> DagDecision | None:
+            if snap.instance.status.terminal or view.settled(node, run):
+                return None
+            if node not in snap.open_slots:
+                return None
+            payload = {
+                "run": run,
+                "try": claim.task.attempt,
+                "timer": seconds,
+                "until": until,
+                "output": output,
+            }
+            return DagDecision(
+                events=(NewEvent(Ev.NODE_WAITING, node, None, payload),),
+                retry=TaskRetry(node, left, claim.task.failures),
+            )
+
+        self._commit_loop(instance_id, decide)
+
     def _park(self, claim: Claim, run: int, child_id: str) -> None:
         """Wait for a sub-workflow's child without a thread: the task sleeps until woken."""
         instance_id, node = claim.instance.id, claim.task.slot
@@ -264,6 +332,9 @@ class DagExecutor:
 
     def _failed(self, graph: Graph, claim: Claim, run: int, exc: BaseException) -> None:
         instance_id, node = claim.instance.id, claim.task.slot
+        if isinstance(exc, InternalError):
+            self._internal_error(graph, claim, run, exc)
+            return
         retryable = not isinstance(exc, _NOT_RETRYABLE)
         info = _error_info(node, exc)
         failures = claim.task.failures
@@ -301,6 +372,39 @@ class DagExecutor:
                 failures=failures,
                 retryable=retryable,
                 status=snap.instance.status,
+            )
+
+        self._commit_loop(instance_id, decide)
+
+    def _internal_error(self, graph: Graph, claim: Claim, run: int, exc: InternalError) -> None:
+        """The runtime failed, not the node: try again later (whatever the node's own
+        retry policy or error handling says); after :data:`INTERNAL_ATTEMPTS` the error
+        goes to the runner, which quarantines the instance (STALLED, redrivable), never
+        FAILED."""
+        instance_id, node = claim.instance.id, claim.task.slot
+        failures = claim.task.failures + 1
+        log.warning(
+            "instance %s: node %s (run %d, try %d): internal error %s",
+            instance_id,
+            node,
+            run,
+            claim.task.attempt,
+            exc,
+        )
+        if failures >= INTERNAL_ATTEMPTS:
+            raise exc
+        delay = graph.nodes[node].retry_policy().delay(failures)
+        info = {**_error_info(node, exc), "internal": True}
+
+        def decide(snap: DagSnapshot, view: LogView) -> DagDecision | None:
+            if snap.instance.status.terminal or view.settled(node, run):
+                return None
+            if node not in snap.open_slots:
+                return None
+            payload = {"run": run, "failures": failures, "retry_in": round(delay, 3)}
+            return DagDecision(
+                events=(NewEvent(Ev.NODE_RETRYING, node, None, payload, info),),
+                retry=TaskRetry(node, delay, failures),
             )
 
         self._commit_loop(instance_id, decide)

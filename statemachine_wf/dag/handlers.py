@@ -3,11 +3,13 @@
 A handler gets a :class:`NodeCall` (the node, its checked config, the context folded
 from the log, its run and try) and returns a :class:`NodeResult`: the output written to
 the context under the node's variable, the handle to follow (None: the default), and an
-optional delay before the successors are due (the delay node: a durable timer, the
-successors' tasks are simply due later; nothing sleeps).
+optional delay (the delay node): the run then waits on a durable timer -- its own task is
+due when the time has come, nothing sleeps -- and completes only then, so nothing
+downstream of it can run before.
 
 Stored definitions never carry code: a ``python`` node names a function registered
-here, a ``condition`` evaluates its expressions with simpleeval (no ``eval``), a
+here, a ``condition`` evaluates its expressions with simpleeval (no ``eval``; parsed
+once when the definition is loaded, see :mod:`.expressions`), a
 ``sub_workflow`` names a registered state-machine workflow type.
 
 A registered function can read :func:`node_context` while it runs (its instance, node,
@@ -30,7 +32,9 @@ from pydantic import BaseModel
 
 from ..errors import Fail, InputError
 from ..events import Status
+from ..limits import check_payload
 from ..store import NewInstance, Store
+from .expressions import EXPRESSION_ERRORS, evaluate
 from .models import (
     DONE_HANDLE,
     ELSE_HANDLE,
@@ -281,34 +285,26 @@ async def _data_query(call: NodeCall) -> NodeResult:
     return NodeResult(await _invoke(call, reg, args, call.config.timeout))
 
 
-SAFE_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "len": len,
-    "min": min,
-    "max": max,
-    "sum": sum,
-    "abs": abs,
-    "round": round,
-    "any": any,
-    "all": all,
-    "sorted": sorted,
-}
-"""Functions a condition expression may call beside simpleeval's defaults."""
+class InternalError(Exception):
+    """The runtime, not the node's data or config, failed (an interpreter error while
+    evaluating an expression, say): the node is retried and never FAILS the instance for
+    it (after its retries the runner quarantines the instance: STALLED, redrivable)."""
 
 
 async def _condition(call: NodeCall) -> NodeResult:
     assert isinstance(call.config, ConditionConfig)
-    from simpleeval import DEFAULT_FUNCTIONS, EvalWithCompoundTypes
-
-    evaluator = EvalWithCompoundTypes(
-        names={"ctx": call.ctx}, functions={**DEFAULT_FUNCTIONS, **SAFE_FUNCTIONS}
-    )
     for branch in call.config.branches:
         try:
-            value = evaluator.eval(branch.when)
-        except Exception as exc:
+            value = evaluate(branch.parsed, branch.when, call.ctx)
+        except EXPRESSION_ERRORS as exc:
             raise Fail(
                 f"branch {branch.handle!r}: {branch.when!r} failed: {type(exc).__name__}: {exc}",
                 code="bad_expression",
+            ) from exc
+        except Exception as exc:
+            raise InternalError(
+                f"branch {branch.handle!r}: evaluating {branch.when!r} raised "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
         if value:
             return NodeResult({"branch": branch.handle}, branch.handle)
@@ -360,11 +356,14 @@ async def _sub_workflow(call: NodeCall) -> NodeResult:
     spec = cls.spec()
     raw = resolve(call.config.input, call.ctx)
     data = spec.input_model.model_validate(raw)  # a ValidationError names the field
+    child_input = data.model_dump(mode="json")
+    # The limit Client.start enforces; PayloadTooLarge is bad input: not retried.
+    check_payload(f"sub-workflow {spec.workflow_type} input", child_input)
     child_id, _ = call.store.create(
         NewInstance(
             id=str(uuid.uuid4()),
             type=spec.workflow_type,
-            input=data.model_dump(mode="json"),
+            input=child_input,
             initial=spec.initial,
             idempotency_key=child_key(call.instance_id, call.node.id, call.run),
             parent_id=call.instance_id,

@@ -78,6 +78,16 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True)
+class Timer:
+    """A node run waiting for its time: ``seconds`` long, over at ``until`` (epoch s);
+    ``output`` is the run's result once it is."""
+
+    seconds: float
+    until: float
+    output: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class Dispatched:
     seq: int
     run: int
@@ -95,6 +105,8 @@ class LogView:
     failed: set[tuple[str, int]] = field(default_factory=set)
     tries: dict[str, int] = field(default_factory=dict)
     variables: list[tuple[str, Any]] = field(default_factory=list)
+    timers: dict[tuple[str, int], Timer] = field(default_factory=dict)
+    """(node, run) -> the timer its run is waiting on (a delay node's ``NODE_WAITING``)."""
 
     last_seq: int = 0
     """The highest seq folded in: :meth:`extend` takes only events after it."""
@@ -161,6 +173,11 @@ class LogView:
         elif e.event_type == Ev.NODE_DISPATCHED:
             self.dispatches.setdefault(node, []).append(
                 Dispatched(e.seq, e.attempt or 0, str(e.payload.get("via", "entry")))
+            )
+        elif e.event_type == Ev.NODE_WAITING and "until" in e.payload:
+            p = e.payload
+            self.timers[(node, int(p.get("run") or 0))] = Timer(
+                float(p.get("timer") or 0.0), float(p["until"]), p.get("output")
             )
         elif e.event_type == Ev.NODE_FAILED:
             self.failed.add((node, e.attempt or 0))

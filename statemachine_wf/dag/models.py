@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from ..errors import DefinitionError
 from ..retry import RetryPolicy
+from .expressions import compile_expression
 
 DEFAULT_DAG_TYPE = "swf.dag"
 """The task type DAG instances are queued under unless their definition names another."""
@@ -160,8 +161,28 @@ class DataQueryConfig(_Model):
 
 
 class Branch(_Model):
+    """``when``: an expression over ``ctx`` (see :mod:`.expressions`), parsed and checked
+    here, once, when the definition is loaded; runners evaluate the parsed form."""
+
     handle: str = Field(min_length=1)
     when: str = Field(min_length=1)
+    _parsed: ast.expr | None = PrivateAttr(default=None)
+
+    @field_validator("when")
+    @classmethod
+    def _check_when(cls, value: str) -> str:
+        compile_expression(value)  # an ExpressionProblem (a ValueError) names the problem
+        return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._parsed = compile_expression(self.when)
+
+    @property
+    def parsed(self) -> ast.expr:
+        """The parsed ``when``."""
+        if self._parsed is None:  # pragma: no cover - set by model_post_init
+            self._parsed = compile_expression(self.when)
+        return self._parsed
 
 
 class ConditionConfig(_Model):
@@ -171,7 +192,8 @@ class ConditionConfig(_Model):
 
 
 class DelayConfig(_Model):
-    """Hold the successors back for ``seconds`` (a number or a template): a durable timer."""
+    """Complete ``seconds`` (a number or a template) after the node is reached: a durable
+    timer (the node's task is due then), so nothing downstream of it runs before."""
 
     seconds: float | str
 
@@ -376,6 +398,9 @@ def check(definition: DagDefinition) -> Graph:
     if cycle:
         problems.append("cycle not made by a loop node: " + " -> ".join(cycle))
 
+    if not problems:
+        problems.extend(_exclusive_joins(nodes, incoming, outgoing, back, bodies))
+
     if problems:
         raise DefinitionError(f"DAG {definition.name!r}", problems)
     return Graph(
@@ -399,14 +424,71 @@ def _config_problems(node: Node, config: BaseModel) -> list[str]:
         for b in config.branches:
             if b.handle in (ELSE_HANDLE, ERROR_HANDLE):
                 problems.append(f"node {node.id!r}: branch handle {b.handle!r} is reserved")
-            try:
-                ast.parse(b.when, mode="eval")
-            except SyntaxError as exc:
-                problems.append(
-                    f"node {node.id!r}: branch {b.handle!r}: bad expression {b.when!r}: {exc.msg}"
-                )
     if node.type in ("start", "end") and node.error_handling == "continue":
         problems.append(f"node {node.id!r}: a {node.type} node has no error handle to continue on")
+    return problems
+
+
+def _exclusive_joins(
+    nodes: Mapping[str, Node],
+    incoming: Mapping[str, list[Edge]],
+    outgoing: Mapping[str, list[Edge]],
+    back: set[tuple[str, str, str | None]],
+    bodies: Mapping[str, frozenset[str]],
+) -> list[str]:
+    """``all`` joins that can never fire: two incoming edges that only exclusive branches
+    of one condition lead to (each run of the condition takes one branch).
+
+    For every node, the branches every path from the start to it takes -- ``(condition,
+    handle)`` pairs, intersected over its incoming edges -- in one pass in topological
+    order over the graph without its loop back edges. A condition inside a loop body
+    whose join is outside that loop is left alone: two iterations may take both branches.
+    """
+    forward = {n: [e for e in outgoing[n] if _key(e) not in back] for n in nodes}
+    indegree = {n: 0 for n in nodes}
+    for n in nodes:
+        for e in forward[n]:
+            indegree[e.target] += 1
+    order = [n for n in nodes if indegree[n] == 0]
+    for n in order:  # grows while it is walked: Kahn's algorithm
+        for e in forward[n]:
+            indegree[e.target] -= 1
+            if indegree[e.target] == 0:
+                order.append(e.target)
+
+    def via(edge: Edge) -> frozenset[tuple[str, str | None]]:
+        taken = required[edge.source]
+        if nodes[edge.source].type == "condition":
+            taken = taken | {(edge.source, edge.source_handle)}
+        return taken
+
+    required: dict[str, frozenset[tuple[str, str | None]]] = {}
+    problems = []
+    for n in order:
+        entries = [e for e in incoming[n] if _key(e) not in back]
+        paths = [via(e) for e in entries]
+        required[n] = frozenset.intersection(*paths) if paths else frozenset()
+        if nodes[n].join != "all" or len(entries) < 2:
+            continue
+        holders = {lp for lp, body in bodies.items() if n in body}
+        seen: dict[str, tuple[str | None, str]] = {}
+        clash = None
+        for edge, taken in zip(entries, paths, strict=True):
+            for cond, handle in sorted(taken, key=str):
+                inner = [lp for lp, body in bodies.items() if cond in body]
+                if any(lp not in holders for lp in inner):
+                    continue  # the condition runs once per iteration of a loop around it
+                first = seen.setdefault(cond, (handle, edge.source))
+                if first[0] != handle and clash is None:
+                    clash = (cond, first, (handle, edge.source))
+        if clash is not None:
+            cond, (h1, s1), (h2, s2) = clash
+            problems.append(
+                f"node {n!r}: an 'all' join that can never fire: its input from {s1!r} "
+                f"comes only through branch {h1!r} of condition {cond!r} and its input "
+                f"from {s2!r} only through branch {h2!r}, and the condition takes one "
+                "branch (use join 'any' to continue on whichever branch ran)"
+            )
     return problems
 
 

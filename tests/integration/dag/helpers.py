@@ -78,6 +78,13 @@ def slow(seconds: float) -> str:
     return "late"
 
 
+@registry.function("pause")
+def pause(seconds: float) -> str:
+    """Takes ``seconds`` (a branch that finishes while a parallel delay still waits)."""
+    threading.Event().wait(seconds)
+    return "paused"
+
+
 @registry.function("until_cancelled")
 def until_cancelled(key: str) -> str:
     """Runs until its instance is cancelled (bounded at 20 s), then reports it."""

@@ -109,15 +109,20 @@ def test_stop_test_run_refuses_a_saved_run(store: Store) -> None:
     assert store.get(iid) is not None
 
 
+def timer_set(client: DagClient, iid: str) -> bool:
+    return any(e.event_type == Ev.NODE_WAITING for e in client.history(iid))
+
+
 def test_stopping_a_test_run_mid_flight_leaves_nothing(store: Store) -> None:
     client = DagClient(store)
     iid = client.test_run(h.delayed(30), {"seconds": 30})
     with h.running(store):
         client.wait(iid, timeout=10, statuses=[Status.RUNNING])
         deadline = time.monotonic() + 10
-        while store.task(iid, "after") is None and time.monotonic() < deadline:
+        while not timer_set(client, iid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert store.task(iid, "after") is not None  # the timer is pending
+        assert store.task(iid, "wait") is not None  # the timer (the delay node) is pending
         client.stop_test_run(iid)
     assert store.get(iid) is None
+    assert store.task(iid, "wait") is None
     assert store.task(iid, "after") is None

@@ -142,22 +142,28 @@ def test_conditional(store: Store, data: dict[str, object], size: str) -> None:
     assert {"big", "mid", "small"} & set(ran) == {size}
 
 
+def timer_set(client: DagClient, iid: str) -> bool:
+    return any(e.event_type == Ev.NODE_WAITING for e in client.history(iid))
+
+
 def test_delay_is_a_durable_timer(store: Store) -> None:
     client = DagClient(store)
     iid = client.start(h.delayed(0.8), {"seconds": 0.8})
     with h.running(store):
         client.wait(iid, timeout=10, statuses=[Status.RUNNING])
         deadline = time.monotonic() + 10
-        while store.task(iid, "after") is None and time.monotonic() < deadline:
+        while not timer_set(client, iid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        task = store.task(iid, "after")
+        # The delay node is the timer: its own task waits, nothing downstream exists yet.
+        task = store.task(iid, "wait")
         assert task is not None
         assert not task.leased  # due later, nobody holds it, no thread sleeps on it
+        assert store.task(iid, "after") is None
         record = client.wait(iid, timeout=10)
     assert record.status == Status.COMPLETED
     assert client.output(iid) == {"after": "after", "waited": 0.8}
     hist = client.history(iid)
-    done = next(e for e in hist if e.event_type == Ev.NODE_COMPLETED and e.node == "wait")
+    done = next(e for e in hist if e.event_type == Ev.NODE_WAITING and e.node == "wait")
     began = next(e for e in hist if e.event_type == Ev.NODE_STARTED and e.node == "after")
     assert began.created_at - done.created_at >= 0.75
 
