@@ -189,13 +189,28 @@ class NodeCall:
 
 @dataclass(frozen=True)
 class NodeContext:
-    """What a registered function can learn about the node it runs for."""
+    """What a registered function can learn about the node it runs for.
+
+    Attributes:
+        run: the node's run: 1, 2, ... -- one per time the node is dispatched, so inside
+            a loop body one per iteration; every retry of a run keeps it.
+        attempt: the node's try, counted over *all* its runs: it does not restart at 1
+            in a loop's next iteration (the third iteration's first try of a body node
+            that never failed is 3).
+    """
 
     instance_id: str
     node: str
     run: int
     attempt: int
     _cancelled: Callable[[], bool]
+
+    @property
+    def idempotency_key(self) -> str:
+        """``swf.dag/<instance>/<node>/<run>``: the same for every try of this run (a
+        retry, or a re-run after a crash), different for each loop iteration. Hand it to
+        the system the node changes, so a repeated call has no second effect."""
+        return child_key(self.instance_id, self.node, self.run)
 
     def cancel_requested(self) -> bool:
         """True once the instance has been cancelled: stop early, the result is dropped."""
