@@ -2,7 +2,7 @@
 
 A step that sends a transaction does it through :class:`TxQueue`::
 
-    queue = TxQueue(self.eth, signer, QueueSettings(confirmations=2))
+    queue = TxQueue(self.eth, signer, QueueSettings(confirmations="safe"))
 
     @step(name="SUBMIT_ONCHAIN", to="AWAIT_TX_CONFIRM")
     def submit(self, ctx):
@@ -47,7 +47,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict
 
@@ -60,6 +60,7 @@ from .errors import AlreadyKnown, NonceTooLow
 from .signer import SignedTx, Signer
 
 __all__ = [
+    "DEFAULT_CONFIRMATIONS",
     "TX_SLOTS",
     "QueueSettings",
     "TxQueue",
@@ -69,6 +70,18 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+DEFAULT_CONFIRMATIONS: Final = 2
+"""The default depth before a transaction (or a contract view) counts as final.
+
+Both :class:`QueueSettings` and the ChaosChain example's settings use it. Why 2 and not 1:
+at depth 1 a transaction is final as soon as it is in the head block, and the most common
+reorganisation, one block, takes the head block back; a workflow that completed on it
+would say COMPLETED for an effect the chain may no longer have (nothing re-checks a
+COMPLETED instance). Depth 2 survives a one-block reorg at the cost of one block time per
+transaction of a signer. It is a default for development and test chains: on mainnet use
+``"safe"`` or ``"finalized"``, which no fixed small depth replaces.
+"""
 
 TX_SLOTS: tuple[str, ...] = tuple(f"tx_{n}" for n in range(1, 11))
 """The progress fields holding broadcast records, in order of use."""
@@ -178,7 +191,8 @@ class QueueSettings:
     """How the queue waits and when it replaces.
 
     Attributes:
-        confirmations: Depth for a final verdict (blocks, or ``safe``/``finalized``).
+        confirmations: Depth for a final verdict (blocks, or ``safe``/``finalized``);
+            default :data:`DEFAULT_CONFIRMATIONS` (2).
         poll_interval: Seconds between checks while a transaction is pending (Snooze).
         stuck_after: Seconds in the pool (not mined) before a fee bump.
         not_found_after: Seconds after signing before a transaction the node does not
@@ -188,7 +202,7 @@ class QueueSettings:
         slot_recheck: Safety-net seconds for a lost wake-up while waiting for the slot.
     """
 
-    confirmations: ConfirmationRule = 1
+    confirmations: ConfirmationRule = DEFAULT_CONFIRMATIONS
     poll_interval: float = 1.0
     stuck_after: float = 30.0
     not_found_after: float = 10.0

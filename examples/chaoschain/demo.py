@@ -55,6 +55,7 @@ from statemachine_wf.adapters.ethereum import (
     start_anvil,
 )
 from statemachine_wf.adapters.ethereum.devnode import ANVIL_DEV_PRIVATE_KEYS
+from statemachine_wf.adapters.ethereum.txqueue import DEFAULT_CONFIRMATIONS
 from statemachine_wf.store import Store
 
 from .workflows import ChaosChainSettings, CloseEpoch, ScoreSubmission, WorkSubmission, data_hash_of
@@ -345,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", help="working directory (default: a fresh temporary one)")
     parser.add_argument("--block-time", type=float, default=1.0, help="anvil block time, s")
-    parser.add_argument("--confirmations", type=int, default=2, help="depth before confirmed")
+    parser.add_argument(
+        "--confirmations", type=int, default=DEFAULT_CONFIRMATIONS, help="depth before confirmed"
+    )
     parser.add_argument(
         "--kill-after", type=int, metavar="N", help="SIGKILL after N step transitions"
     )

@@ -89,6 +89,7 @@ from statemachine_wf.adapters.ethereum import (
     SignerError,
 )
 from statemachine_wf.adapters.ethereum.txqueue import (
+    DEFAULT_CONFIRMATIONS,
     QueueSettings,
     TxQueue,
     TxQueueProgress,
@@ -221,7 +222,7 @@ class ChaosChainSettings:
     Attributes:
         contract_address: The deployed ChaosChain.
         confirmations: Depth before ``onchain_confirmed`` (and for views: "on-chain wins"
-            only counts effects this deep).
+            only counts effects this deep); the queue's default, ``DEFAULT_CONFIRMATIONS``.
         poll_interval: Seconds between checks of a pending transaction.
         stuck_after: Seconds in the pool before a fee bump.
         not_found_after: Seconds a transaction may be unknown to the node before it is
@@ -231,7 +232,7 @@ class ChaosChainSettings:
     """
 
     contract_address: str
-    confirmations: ConfirmationRule = 2
+    confirmations: ConfirmationRule = DEFAULT_CONFIRMATIONS
     poll_interval: float = 1.0
     stuck_after: float = 30.0
     not_found_after: float = 10.0

@@ -34,6 +34,9 @@ from statemachine_wf.reconcilers.ethereum import (
 
 STUDIO = to_checksum_address("0x00000000000000000000000000000000000057d1")
 DATA_HASH = "0x" + "01" * 32
+# The in-process chain mines one block per transaction and nothing else: the tests that
+# wait for a mined transaction to be final ask for depth 1 (the default is 2).
+DEPTH_1 = QueueSettings(confirmations=1)
 
 
 def mine(client: EthereumClient, blocks: int) -> None:
@@ -156,7 +159,7 @@ def test_crash_before_broadcast_resends_the_recorded_bytes(
     tx = build(nonce)
     signed = evm_signer.sign_transaction(tx)
     record = TxRecord.of(tx, signed, signed_at=0.0)  # recorded, never broadcast
-    queue = TxQueue(evm_client, evm_signer)
+    queue = TxQueue(evm_client, evm_signer, DEPTH_1)
     ctx, _ = make_ctx({"tx_1": record.model_dump()})
     assert queue.fate(ctx.progress).kind == "not_found"
     sent = queue.submit(ctx, build)
@@ -181,7 +184,7 @@ def test_nonce_used_by_another_tx_is_superseded_and_resigned(
     verdict = tx_fate(evm_client, [record], sender=evm_signer.address)
     assert verdict.kind == "superseded"
     assert verdict.evidence()["chain_nonce"] == nonce + 1
-    queue = TxQueue(evm_client, evm_signer)
+    queue = TxQueue(evm_client, evm_signer, DEPTH_1)
     ctx, host = make_ctx({"tx_1": record.model_dump()})
     fresh = queue.submit(ctx, build)
     assert fresh.nonce == nonce + 1
@@ -228,7 +231,7 @@ def test_depth_rule_for_receipts_and_views(
 def test_reverted_with_reason(
     evm_client: EthereumClient, evm_signer: LocalSigner, evm_contract: Contract
 ) -> None:
-    queue = TxQueue(evm_client, evm_signer)
+    queue = TxQueue(evm_client, evm_signer, DEPTH_1)
     first, _ = make_ctx()
     queue.submit(first, builder(evm_client, evm_contract, evm_signer, DATA_HASH))
     assert queue.await_final(first).kind == "confirmed"
