@@ -21,7 +21,7 @@ demo: venv  ## install, then run the payout example and the ChaosChain example (
 
 # npm install, not npm ci: npm ci refuses a lock that lacks anvil's builds for other
 # platforms, and the registry here serves none of them; npm install leaves the committed
-# lock as it is (tests/acceptance/test_installed_package.py checks it).
+# lock as it is (tests/acceptance/test_installed_package.py checks that).
 install: venv  ## install the package with every extra, and the npm peers
 	$(VPY) -m pip install -q -e '.[dev,bench]'
 	npm install --no-audit --no-fund --loglevel=error

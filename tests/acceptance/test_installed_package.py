@@ -288,3 +288,16 @@ def test_a_postgres_store_from_the_installed_package(
         cwd=tmp_path,
     ).stdout
     assert "COMPLETED" in shown
+
+
+def test_npm_install_leaves_the_committed_lock_as_it_is() -> None:
+    """The README's test command runs ``npm install`` first; a clean clone stays clean."""
+    repo = Path(__file__).resolve().parents[2]
+    committed = subprocess.run(
+        ["git", "show", "HEAD:package-lock.json"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert (repo / "package-lock.json").read_text() == committed
