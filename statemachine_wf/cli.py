@@ -424,10 +424,11 @@ def _run(args: argparse.Namespace) -> int:
         shown = args.offset + len(rows)
         if len(rows) == args.limit or args.offset:
             total = client.count(status=status, type_prefix=args.type_prefix)
-            if shown < total or args.offset:
-                first = args.offset + 1 if rows else args.offset
+            if not rows:
+                print(f"showing none of {total} (--offset {args.offset})", file=sys.stderr)
+            elif shown < total or args.offset:
                 print(
-                    f"showing {first}-{shown} of {total}; see more with --limit/--offset",
+                    f"showing {args.offset + 1}-{shown} of {total}; see more with --limit/--offset",
                     file=sys.stderr,
                 )
     elif cmd in ("cancel", "resume", "retry"):

@@ -148,6 +148,7 @@ def test_list_says_when_there_are_more_and_pages(cli: Cli) -> None:
     everything = cli("list")
     assert {line.split()[0] for line in everything.stdout.splitlines()} == set(ids)
     assert everything.stderr == ""
+    assert "showing none of 3 (--offset 5)" in cli("list", "--offset", "5").stderr
     bad = cli("list", "--offset", "-1", ok=False)
     assert bad.returncode == 2
     assert "--limit and --offset must be >= 0" in bad.stderr
