@@ -55,6 +55,7 @@ class Pays(Workflow[In, Out]):
 class PaysMore(Pays):
     workflow_type = "deps.pays_more.v1"
     rates: Decimal  # resolvable only under TYPE_CHECKING: read as written
+    scale: ClassVar[Decimal]  # read as written too, and still a ClassVar
 
 
 class Plain(Workflow[In, Out]):
