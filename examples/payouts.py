@@ -78,6 +78,9 @@ class Payout(Workflow[PayoutInput, PayoutProgress]):
     retry_policy = RetryPolicy(initial_delay=0.05, max_delay=1.0, jitter=False)
     errors: ClassVar[ErrorMap] = {BankUnavailable: Retry, AccountClosed: Fail}
 
+    # Dependencies: annotations without a value. A runner must be given them
+    # (Runner(..., dependencies=...), or `worker --deps examples.payouts:dependencies`)
+    # and refuses to start without them.
     bank: Bank
     notifications: list[str]
 

@@ -4,9 +4,11 @@
 
 Commands: migrate, worker, start, status, history, graph, list, cancel, resume, retry,
 verify, rebuild, dead-letters (list, show, redrive), delete, purge, signal, signals.
-Workflow classes come from the modules named with ``-m`` (or ``SWF_MODULES``); every
-``Workflow`` subclass defined in them is hosted. ``worker --dag-registry MODULE:ATTR``
-also runs DAG instances with that :class:`~statemachine_wf.dag.Registry`.
+Workflow classes come from the modules named with ``-m`` (or ``SWF_MODULES``), resolved
+from the current directory first (as ``python -m``, uvicorn and celery do); every
+``Workflow`` subclass defined in a named module, or for a package in any of its modules,
+is hosted. ``worker --dag-registry MODULE:ATTR`` also runs DAG instances with that
+:class:`~statemachine_wf.dag.Registry`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import inspect
 import json
 import logging
 import os
+import pkgutil
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -39,57 +42,159 @@ from .workflow import Workflow
 if TYPE_CHECKING:
     from .dag.handlers import Registry
 
+log = logging.getLogger("statemachine_wf.cli")
+
+
+DESCRIPTION = (
+    "Run and operate statemachine_wf workflows: a worker that runs them, and commands to "
+    "start, inspect, repair and clean up their instances."
+)
+
 
 def load_workflows(modules: Sequence[str]) -> list[type[Workflow[Any, Any]]]:
-    """Every concrete ``Workflow`` subclass defined in these modules."""
+    """Every concrete ``Workflow`` subclass defined in these modules.
+
+    A module that is a package is searched with all its modules (imported, except
+    ``__main__``). A module in which nothing is found is an error that says where it
+    looked, so a typo never starts a worker that runs nothing.
+    """
     found: dict[str, type[Workflow[Any, Any]]] = {}
     for name in modules:
-        module = importlib.import_module(name)
-        for _, obj in inspect.getmembers(module, inspect.isclass):
-            if (
-                issubclass(obj, Workflow)
-                and obj is not Workflow
-                and obj.__module__ == module.__name__
-                and "__swf_spec__" in obj.__dict__
-            ):
-                found[obj.spec().workflow_type] = obj
+        module = _import(name, "-m")
+        searched = [module]
+        if hasattr(module, "__path__"):  # a package: search its modules too
+            for info in pkgutil.walk_packages(module.__path__, prefix=f"{name}."):
+                if info.name.rsplit(".", 1)[-1] != "__main__":
+                    searched.append(importlib.import_module(info.name))
+        here = {
+            obj.spec().workflow_type: obj
+            for m in searched
+            for _, obj in inspect.getmembers(m, inspect.isclass)
+            if issubclass(obj, Workflow)
+            and obj.__module__ == m.__name__
+            and "__swf_spec__" in obj.__dict__
+        }
+        if not here:
+            where = ", ".join(m.__name__ for m in searched)
+            raise ValueError(
+                f"-m {name}: no Workflow subclass is defined in {where} "
+                f"({getattr(module, '__file__', None) or name}); name the module that "
+                "defines your workflows (-m package.module)"
+            )
+        found.update(here)
     return list(found.values())
+
+
+def _import(name: str, flag: str) -> Any:
+    """Import ``name`` for ``flag``; a module that does not exist is a clear error."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (name == exc.name or name.startswith(f"{exc.name}.")):
+            raise  # the module exists; something it imports does not: show the traceback
+        raise ValueError(
+            f"{flag} {name}: no module named {exc.name!r} (looked in the current directory "
+            f"{os.getcwd()} and on sys.path)"
+        ) from exc
+
+
+def _cwd_on_path() -> None:
+    """Resolve ``-m`` and ``--deps`` from the current directory first, as ``python -m``,
+    uvicorn and celery do (an installed console script starts with its bin directory
+    first on ``sys.path`` instead)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
+class _Help(argparse.HelpFormatter):
+    """Shows each option's default, unless its help already says it or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default is None or default is False or default == []:
+            return text
+        return f"{text} (default: {action.default})"
+
+
 def _parser() -> argparse.ArgumentParser:
     env = Config.from_env()
-    p = argparse.ArgumentParser(prog="statemachine-wf", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="statemachine-wf", description=DESCRIPTION, formatter_class=_Help
+    )
     p.add_argument("--db", default=env.database_url, help="store URL (env SWF_DATABASE_URL)")
-    p.add_argument("--schema", default=env.schema, help="PostgreSQL schema (env SWF_PG_SCHEMA)")
+    p.add_argument(
+        "--schema",
+        default=None,
+        help=f"PostgreSQL schema (env SWF_PG_SCHEMA; default: {env.schema})",
+    )
     p.add_argument(
         "-m",
         "--module",
         action="append",
         default=list(env.modules),
-        help="module defining workflows (repeatable; env SWF_MODULES)",
+        help="module or package defining workflows, imported from the current directory "
+        "first (repeatable; env SWF_MODULES)",
     )
-    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log at INFO level (-vv: DEBUG); by default only warnings and errors",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("migrate", help="create or upgrade the tables")
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text, formatter_class=_Help)
 
-    w = sub.add_parser("worker", help="resume everything, then run workflows until SIGTERM")
-    w.add_argument("--concurrency", type=int, default=env.concurrency)
-    w.add_argument("--lease", type=float, default=env.lease)
-    w.add_argument("--prefix", action="append", default=list(env.prefixes), dest="prefixes")
-    w.add_argument("--id", default=env.worker_id, dest="worker_id")
-    w.add_argument("--until-idle", action="store_true", help="exit when nothing is due")
+    command("migrate", "create or upgrade the tables")
+
+    w = command("worker", "resume everything, then run workflows until SIGTERM")
+    w.add_argument(
+        "--concurrency",
+        type=int,
+        default=env.concurrency,
+        help="instances driven at once, one thread each (env SWF_CONCURRENCY)",
+    )
+    w.add_argument(
+        "--lease",
+        type=float,
+        default=env.lease,
+        help="seconds a claim lasts without a heartbeat (env SWF_LEASE)",
+    )
+    w.add_argument(
+        "--prefix",
+        action="append",
+        default=list(env.prefixes),
+        dest="prefixes",
+        help="only types starting with this (repeatable; env SWF_PREFIXES; default: all hosted)",
+    )
+    w.add_argument(
+        "--id",
+        default=env.worker_id,
+        dest="worker_id",
+        help="a stable worker id (env SWF_WORKER_ID; default: host:pid:random)",
+    )
+    w.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="exit when nothing is due instead of running until SIGTERM",
+    )
     w.add_argument(
         "--deps",
-        help="MODULE:FUNCTION returning the dependencies (a dict) set on workflow objects",
+        default=env.deps,
+        help="MODULE:FUNCTION returning the dependencies (a dict) the workflows declare, "
+        "imported from the current directory first (env SWF_DEPS)",
     )
     w.add_argument(
         "--dag-registry",
-        default=os.environ.get("SWF_DAG_REGISTRY") or None,
+        default=env.dag_registry,
         help="MODULE:ATTR naming a dag.Registry: also run DAG instances, calling its "
         "functions (env SWF_DAG_REGISTRY)",
     )
@@ -100,11 +205,11 @@ def _parser() -> argparse.ArgumentParser:
         help="task type of the DAG instances to run (repeatable; default swf.dag)",
     )
 
-    s = sub.add_parser("start", help="start a workflow; prints its id")
-    s.add_argument("type")
+    s = command("start", "start a workflow; prints its id")
+    s.add_argument("type", help="the workflow type, e.g. payments.payout.v1")
     s.add_argument("--input", required=True, help="input as JSON")
-    s.add_argument("--key", help="idempotency key")
-    s.add_argument("--priority", type=int, default=100)
+    s.add_argument("--key", help="idempotency key: the same key returns the first run's id")
+    s.add_argument("--priority", type=int, default=100, help="lower runs first")
     s.add_argument("--delay", type=float, default=0.0, help="seconds before it may start")
     s.add_argument("--run-at", help="when it may start: ISO 8601 with a timezone")
 
@@ -117,8 +222,8 @@ def _parser() -> argparse.ArgumentParser:
         ("rebuild", "recompute an instance row from its log"),
         ("delete", "soft-delete a finished instance (hidden until purged)"),
     ]:
-        c = sub.add_parser(name, help=text)
-        c.add_argument("id")
+        c = command(name, text)
+        c.add_argument("id", help="instance id")
         c.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "history":
             c.add_argument(
@@ -127,37 +232,45 @@ def _parser() -> argparse.ArgumentParser:
                 help="only lifecycle events, named as in the inbox (created, leased+started, ...)",
             )
 
-    g = sub.add_parser("graph", help="print a workflow type's state graph (Mermaid)")
-    g.add_argument("type")
+    g = command("graph", "print a workflow type's state graph (Mermaid)")
+    g.add_argument("type", help="the workflow type")
 
-    ls = sub.add_parser("list", help="list instances")
-    ls.add_argument("--status", action="append", choices=[s.value for s in Status])
-    ls.add_argument("--type-prefix")
-    ls.add_argument("--limit", type=int, default=50)
+    ls = command("list", "list instances, newest first")
+    ls.add_argument(
+        "--status",
+        action="append",
+        choices=[s.value for s in Status],
+        help="only this status (repeatable; default: any)",
+    )
+    ls.add_argument("--type-prefix", help="only types starting with this (default: any)")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many rows")
+    ls.add_argument("--offset", type=int, default=0, help="skip this many rows first")
 
-    v = sub.add_parser("verify", help="check that each row equals the fold of its log")
+    v = command("verify", "check that each row equals the fold of its log")
     v.add_argument("ids", nargs="*", help="instance ids (default: all, up to --limit)")
-    v.add_argument("--limit", type=int, default=10_000)
+    v.add_argument("--limit", type=int, default=10_000, help="at most this many instances")
 
-    dl = sub.add_parser("dead-letters", help="list, show or redrive dead letters")
-    dl.add_argument("action", nargs="?", choices=["list", "show", "redrive"], default="list")
+    dl = command("dead-letters", "list, show or redrive dead letters")
+    dl.add_argument(
+        "action", nargs="?", choices=["list", "show", "redrive"], default="list", help="what to do"
+    )
     dl.add_argument("letter", nargs="?", type=int, help="dead letter id (show, redrive)")
-    dl.add_argument("--limit", type=int, default=50)
+    dl.add_argument("--limit", type=int, default=50, help="at most this many (list)")
 
-    sg = sub.add_parser("signal", help="send a signal to an instance; prints the signal's id")
-    sg.add_argument("id")
-    sg.add_argument("name")
-    sg.add_argument("--payload", default="null", help="payload as JSON (default null)")
+    sg = command("signal", "send a signal to an instance; prints the signal's id")
+    sg.add_argument("id", help="instance id")
+    sg.add_argument("name", help="signal name (a step declares it)")
+    sg.add_argument("--payload", default="null", help="payload as JSON")
     sg.add_argument("--token", help="the waiting token the signal is for")
     sg.add_argument("--delay", type=float, default=0.0, help="seconds before delivery")
 
-    ss = sub.add_parser("signals", help="signal counts per state (stale, dead, ...) and rows")
+    ss = command("signals", "signal counts per state (stale, dead, ...) and rows")
     ss.add_argument("id", nargs="?", help="one instance (default: all)")
     ss.add_argument("--list", action="store_true", help="also list the rows, newest first")
-    ss.add_argument("--limit", type=int, default=50)
+    ss.add_argument("--limit", type=int, default=50, help="at most this many rows")
     ss.add_argument("--json", action="store_true", help="machine-readable output")
 
-    pg = sub.add_parser("purge", help="delete finished instances older than an age")
+    pg = command("purge", "delete finished instances older than an age")
     pg.add_argument("--older-than", required=True, help="age: 30d, 12h, 15m, 90s")
     pg.add_argument("--batch", type=int, default=1000, help="instances per transaction")
     pg.add_argument("--soft", action="store_true", help="only mark them deleted")
@@ -169,10 +282,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+LOG_LEVELS = (logging.WARNING, logging.INFO, logging.DEBUG)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    _cwd_on_path()
+    try:
+        args = _parser().parse_args(argv)
+    except ValueError as exc:  # a bad SWF_* setting
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
-        level=logging.INFO if args.verbose or args.command == "worker" else logging.WARNING,
+        level=LOG_LEVELS[min(args.verbose, len(LOG_LEVELS) - 1)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
@@ -186,13 +307,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _open(args: argparse.Namespace) -> Store:
-    options = {"schema": args.schema} if args.db.startswith("postgres") else {}
-    return open_store(args.db, **options)
+    return open_store(args.db, schema=args.schema)
 
 
 def _run(args: argparse.Namespace) -> int:
-    store = _open(args)
     workflows = load_workflows(args.module)
+    if workflows:
+        log.debug(
+            "hosting %s from %s",
+            ", ".join(sorted(w.spec().workflow_type for w in workflows)),
+            ", ".join(args.module),
+        )
+    store = _open(args)
     client = Client(store, workflows)
     cmd = args.command
     if cmd == "migrate":
@@ -287,13 +413,24 @@ def _run(args: argparse.Namespace) -> int:
             raise UnknownWorkflowType(args.type, list(client.classes))
         print(cls.spec().mermaid(), end="")
     elif cmd == "list":
-        rows = store.list_instances(
-            status=[Status(s) for s in args.status] if args.status else None,
-            type_prefix=args.type_prefix,
-            limit=args.limit,
+        if args.limit < 0 or args.offset < 0:
+            raise ValueError("--limit and --offset must be >= 0")
+        status = [Status(s) for s in args.status] if args.status else None
+        rows = client.list(
+            status=status, type_prefix=args.type_prefix, limit=args.limit, offset=args.offset
         )
         for r in rows:
             print(f"{r.id}  {r.type:<32} {r.status:<10} {r.step}")
+        shown = args.offset + len(rows)
+        if len(rows) == args.limit or args.offset:
+            total = client.count(status=status, type_prefix=args.type_prefix)
+            if not rows:
+                print(f"showing none of {total} (--offset {args.offset})", file=sys.stderr)
+            elif shown < total or args.offset:
+                print(
+                    f"showing {args.offset + 1}-{shown} of {total}; see more with --limit/--offset",
+                    file=sys.stderr,
+                )
     elif cmd in ("cancel", "resume", "retry"):
         r = getattr(client, cmd)(args.id)
         note = (
@@ -303,7 +440,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         print(f"{r.id}  {r.status}{note}")
     elif cmd == "verify":
-        ids = args.ids or [r.id for r in store.list_instances(limit=args.limit)]
+        ids = args.ids or [r.id for r in client.list(limit=args.limit)]
         bad = 0
         for instance_id in ids:
             diff = client.verify(instance_id)
@@ -311,6 +448,8 @@ def _run(args: argparse.Namespace) -> int:
                 bad += 1
                 print(f"{instance_id}: row differs from its log: {diff}")
         print(f"verified {len(ids)} instance(s): {bad} differ")
+        if not args.ids and len(ids) == args.limit and client.count() > args.limit:
+            print(f"stopped at --limit {args.limit}; {client.count()} in all", file=sys.stderr)
         return 1 if bad else 0
     elif cmd == "rebuild":
         projection = client.rebuild(args.id)
@@ -389,7 +528,9 @@ def _dependencies(spec: str | None) -> dict[str, Any]:
     module_name, _, func_name = spec.partition(":")
     if not func_name:
         raise ValueError(f"--deps must be MODULE:FUNCTION, got {spec!r}")
-    factory = getattr(importlib.import_module(module_name), func_name)
+    factory = getattr(_import(module_name, "--deps"), func_name, None)
+    if not callable(factory):
+        raise ValueError(f"--deps: module {module_name} has no function {func_name!r}")
     deps = factory()
     if not isinstance(deps, dict):
         raise ValueError(f"{spec} returned {type(deps).__name__}, not a dict")
@@ -405,7 +546,7 @@ def _dag_registry(spec: str | None) -> Registry | None:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ValueError(f"--dag-registry must be MODULE:ATTR, got {spec!r}")
-    found = getattr(importlib.import_module(module_name), attr, None)
+    found = getattr(_import(module_name, "--dag-registry"), attr, None)
     if found is None:
         raise ValueError(f"--dag-registry: module {module_name} has no attribute {attr!r}")
     if not isinstance(found, Registry):

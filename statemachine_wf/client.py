@@ -53,6 +53,12 @@ def wait_for_status(
         time.sleep(0.02)
 
 
+def _statuses(status: Status | Sequence[Status] | None) -> list[Status] | None:
+    if status is None:
+        return None
+    return [Status(status)] if isinstance(status, str) else [Status(s) for s in status]
+
+
 def _new_instance(
     spec: WorkflowSpec,
     payload: dict[str, Any],
@@ -429,3 +435,50 @@ class Client:
     def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
         """Its events as they commit, until it ends: :func:`statemachine_wf.live.watch`."""
         return live.watch(self.store, instance_id, after_seq=after_seq)
+
+    # list and count come last: a method named ``list`` would shadow the builtin in the
+    # annotations of the methods after it.
+    def list(
+        self,
+        *,
+        status: Status | Sequence[Status] | None = None,
+        type_prefix: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        include_deleted: bool = False,
+    ) -> list[InstanceRecord]:
+        """Instances, newest first: one page of at most ``limit`` after skipping ``offset``.
+
+        Args:
+            status: only instances in this status (or any of these); default any.
+            type_prefix: only types starting with this (``billing.``; an exact type such
+                as ``billing.invoice.v1`` matches itself); default any.
+            limit: the page size (>= 0).
+            offset: how many to skip first (>= 0); page on with ``offset += limit``, and
+                use :meth:`count` for the total with the same filters.
+            include_deleted: also soft-deleted instances (hidden by default).
+
+        Raises:
+            ValueError: a negative ``limit`` or ``offset``.
+        """
+        if limit < 0 or offset < 0:
+            raise ValueError(f"limit and offset must be >= 0, got limit={limit}, offset={offset}")
+        return self.store.list_instances(
+            status=_statuses(status),
+            type_prefix=type_prefix,
+            limit=limit,
+            offset=offset,
+            include_deleted=include_deleted,
+        )
+
+    def count(
+        self,
+        *,
+        status: Status | Sequence[Status] | None = None,
+        type_prefix: str | None = None,
+        include_deleted: bool = False,
+    ) -> int:
+        """How many instances :meth:`list` pages through with the same filters."""
+        return self.store.count_instances(
+            status=_statuses(status), type_prefix=type_prefix, include_deleted=include_deleted
+        )

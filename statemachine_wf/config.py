@@ -1,4 +1,10 @@
-"""Configuration as a frozen value, read from arguments or from ``SWF_*`` variables."""
+"""Configuration as a frozen value, read from arguments or from ``SWF_*`` variables.
+
+:class:`Config` is the only reader of ``SWF_*`` settings in the SDK: the CLI, ``open_store``
+and the payload limit all take them from here, so a producer and a worker configured by
+the same environment see the same store (adapters read only their own secrets, such as
+a signer's key, from variables their caller names).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .stores import DEFAULT_URL
+DEFAULT_URL = "sqlite:///statemachine_wf.db"
+DEFAULT_SCHEMA = "public"
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,15 +30,24 @@ class Config:
         lease: seconds a claim lasts without a heartbeat. Env: ``SWF_LEASE``.
         prefixes: type prefixes a runner takes (empty: all hosted). Env: ``SWF_PREFIXES``.
         worker_id: a stable runner id (default: host:pid:random). Env: ``SWF_WORKER_ID``.
+        deps: ``MODULE:FUNCTION`` returning the dependencies a CLI worker gives its
+            workflows. Env: ``SWF_DEPS``.
+        dag_registry: ``MODULE:ATTR`` naming the ``dag.Registry`` a CLI worker runs DAG
+            instances with. Env: ``SWF_DAG_REGISTRY``.
+        max_payload_bytes: the input and signal payload limit (None: 256 KiB, or for the
+            SQL producer paths the value stored by ``migrate``). Env: ``SWF_MAX_PAYLOAD_BYTES``.
     """
 
     database_url: str = DEFAULT_URL
-    schema: str = "public"
+    schema: str = DEFAULT_SCHEMA
     modules: tuple[str, ...] = ()
     concurrency: int = 8
     lease: float = 30.0
     prefixes: tuple[str, ...] = field(default=())
     worker_id: str | None = None
+    deps: str | None = None
+    dag_registry: str | None = None
+    max_payload_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -49,16 +65,40 @@ class Config:
 
         try:
             return cls(
-                database_url=env.get("SWF_DATABASE_URL", DEFAULT_URL),
-                schema=env.get("SWF_PG_SCHEMA", "public"),
+                database_url=env.get("SWF_DATABASE_URL") or DEFAULT_URL,
+                schema=cls.schema_from_env(env),
                 modules=listed("SWF_MODULES"),
                 concurrency=int(env.get("SWF_CONCURRENCY", "8")),
                 lease=float(env.get("SWF_LEASE", "30")),
                 prefixes=listed("SWF_PREFIXES"),
                 worker_id=env.get("SWF_WORKER_ID") or None,
+                deps=env.get("SWF_DEPS") or None,
+                dag_registry=env.get("SWF_DAG_REGISTRY") or None,
+                max_payload_bytes=cls.payload_limit_from_env(env),
             )
         except ValueError as exc:
             raise ValueError(f"bad SWF_* setting: {exc}") from exc
+
+    @staticmethod
+    def schema_from_env(env: Mapping[str, str] | None = None) -> str:
+        """``SWF_PG_SCHEMA``, else ``public`` (what ``open_store`` uses without ``schema=``)."""
+        env = os.environ if env is None else env
+        return env.get("SWF_PG_SCHEMA") or DEFAULT_SCHEMA
+
+    @staticmethod
+    def payload_limit_from_env(env: Mapping[str, str] | None = None) -> int | None:
+        """``SWF_MAX_PAYLOAD_BYTES`` if set (validated), else None."""
+        env = os.environ if env is None else env
+        raw = env.get("SWF_MAX_PAYLOAD_BYTES")
+        if not raw:
+            return None
+        try:
+            limit = int(raw)
+        except ValueError:
+            raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be an integer, got {raw!r}") from None
+        if not 1 <= limit < 10**18:
+            raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be from 1 to 10**18 - 1, got {limit}")
+        return limit
 
     def store_options(self) -> dict[str, str]:
         return {"schema": self.schema} if self.database_url.startswith("postgres") else {}

@@ -15,6 +15,7 @@ The tree::
     ├── LeaseLost                  this runner no longer holds the task it is working on
     ├── StoreError                 the database failed (driver error wrapped)
     │   └── MigrationError
+    ├── MissingDependencies        a runner was not given what its workflows declare
     └── StepFailure                raised *by actions* to classify a failure explicitly
         ├── Retry                  retry with backoff (the retry policy decides when to give up)
         ├── Stall                  wait for an external condition, auto-retry later
@@ -128,6 +129,26 @@ class StoreError(WorkflowError):
 
 class MigrationError(StoreError):
     """The database schema could not be migrated."""
+
+
+class MissingDependencies(WorkflowError):
+    """A runner was not given the dependencies its workflows declare.
+
+    ``missing`` maps each workflow type to the names it declares (class-level annotations
+    without a value) and the runner's ``dependencies`` lack.
+    """
+
+    def __init__(self, missing: dict[str, list[str]], given: list[str]) -> None:
+        self.missing = {t: sorted(names) for t, names in sorted(missing.items())}
+        self.given = sorted(given)
+        lines = "\n".join(f"  - {t} needs: {', '.join(n)}" for t, n in self.missing.items())
+        have = ", ".join(self.given) if self.given else "none"
+        super().__init__(
+            f"refusing to start: workflows need dependencies that were not given "
+            f"(given: {have}):\n{lines}\n"
+            "pass them with Runner(..., dependencies={...}) or statemachine-wf worker "
+            "--deps MODULE:FUNCTION"
+        )
 
 
 class StepFailure(WorkflowError):

@@ -11,9 +11,9 @@ paths check the limit too, read from the ``wf_settings`` row ``max_payload_bytes
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
+from .config import Config
 from .errors import PayloadTooLarge
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
@@ -32,16 +32,7 @@ def configured_max_payload_bytes() -> int | None:
     producer paths (``swf_start``, the ``wf_start`` view, inserts into ``wf_signals``)
     check; when it is not set the row keeps its value.
     """
-    raw = os.environ.get("SWF_MAX_PAYLOAD_BYTES")
-    if not raw:
-        return None
-    try:
-        limit = int(raw)
-    except ValueError:
-        raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be an integer, got {raw!r}") from None
-    if not 1 <= limit < 10**18:
-        raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be from 1 to 10**18 - 1, got {limit}")
-    return limit
+    return Config.payload_limit_from_env()
 
 
 def check_payload(what: str, value: Any, limit: int | None = None) -> int:

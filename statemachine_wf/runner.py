@@ -42,6 +42,7 @@ from .errors import (
     ConcurrencyConflict,
     Fail,
     LeaseLost,
+    MissingDependencies,
     Parked,
     Retry,
     StepFailure,
@@ -176,6 +177,11 @@ class Runner:
             (clients, signers, …), so actions reach them through ``self``.
         dags: the functions and queries DAG nodes call; given, the runner also runs the
             node tasks of DAG instances of ``options.dag_types``.
+
+    Raises:
+        MissingDependencies: a hosted workflow declares a dependency (a class-level
+            annotation without a value, ``bank: Bank``) that ``dependencies`` lacks;
+            the error names each workflow and what it misses. Nothing is started.
     """
 
     def __init__(
@@ -201,6 +207,12 @@ class Runner:
             for t in sorted(self.classes)
             if not self.opts.prefixes or any(matches_prefix(t, p) for p in self.opts.prefixes)
         )
+        missing = {
+            t: sorted(self.classes[t].spec().dependencies - self.dependencies.keys())
+            for t in self.types
+        }
+        if any(missing.values()):
+            raise MissingDependencies({t: n for t, n in missing.items() if n}, [*self.dependencies])
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._startup: queue.SimpleQueue[str] = queue.SimpleQueue()

@@ -231,7 +231,20 @@ class Store(Protocol):
         type_prefix: str | None = None,
         limit: int = 100,
         include_deleted: bool = False,
-    ) -> list[InstanceRecord]: ...
+        offset: int = 0,
+    ) -> list[InstanceRecord]:
+        """Instances newest first (ties by id), after skipping ``offset`` of them."""
+        ...
+
+    def count_instances(
+        self,
+        *,
+        status: Sequence[Status] | None = None,
+        type_prefix: str | None = None,
+        include_deleted: bool = False,
+    ) -> int:
+        """How many instances ``list_instances`` with these filters would page through."""
+        ...
 
     def claim(
         self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1

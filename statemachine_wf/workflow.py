@@ -22,7 +22,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
+from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
@@ -114,6 +114,9 @@ class WorkflowSpec:
     has_reconcile: bool
     doc: str = ""
     _order: tuple[str, ...] = field(default=())
+    dependencies: frozenset[str] = frozenset()
+    """The names the workflow object needs from ``Runner(..., dependencies=...)``: its
+    class-level annotations without a value (``bank: Bank``), see :class:`Workflow`."""
 
     def step(self, name: str) -> StepSpec:
         return self.steps[name]
@@ -197,6 +200,16 @@ class Workflow(Generic[InputT, ProgressT]):
     Instances are created by the runner (one per step) with the keyword arguments given to
     ``Runner(..., dependencies=...)``, so an action can reach injected clients through
     ``self``; keep no run state on ``self`` — it lives in ``ctx.progress``.
+
+    Declare what the actions need as class-level annotations without a value::
+
+        class Payout(Workflow[PayoutInput, PayoutProgress]):
+            bank: Bank  # a dependency: the runner must be given "bank"
+            retries: ClassVar[int] = 3  # not a dependency (ClassVar, and it has a value)
+
+    Every such name (inherited ones included; ``ClassVar``, names with a value and names
+    starting with ``_`` are not dependencies) is collected into ``spec().dependencies``,
+    and a :class:`~statemachine_wf.runner.Runner` refuses to start without them.
     """
 
     workflow_type: ClassVar[str]
@@ -349,7 +362,39 @@ def build_spec(cls: type) -> WorkflowSpec:
         has_reconcile=has_reconcile,
         doc=inspect.getdoc(cls) or "",
         _order=tuple(sorted(steps, key=lambda s: (s != initials[0], s))),
+        dependencies=declared_dependencies(cls),
     )
+
+
+def declared_dependencies(cls: type) -> frozenset[str]:
+    """The class-level annotations of ``cls`` and its bases that have no value.
+
+    ``ClassVar`` annotations, names that have a value (a default on the class or a base)
+    and private names (``_x``) are not dependencies. Hints that cannot be resolved (a
+    type imported only under ``TYPE_CHECKING``) are read as written.
+    """
+    names: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if klass in (object, Generic, Workflow):
+            continue
+        names.update(inspect.get_annotations(klass))
+    try:
+        hints: dict[str, Any] = get_type_hints(cls)
+    except Exception:  # unresolvable forward references: fall back to the raw text
+        hints = names
+    found = set()
+    for name, raw in names.items():
+        hint = hints.get(name, raw)
+        if name.startswith("_") or hasattr(cls, name) or _is_classvar(hint):
+            continue
+        found.add(name)
+    return frozenset(found)
+
+
+def _is_classvar(hint: Any) -> bool:
+    if isinstance(hint, str):
+        return re.match(r"^(typing\.|t\.)?ClassVar\b", hint.strip()) is not None
+    return hint is ClassVar or get_origin(hint) is ClassVar
 
 
 def _can_complete(steps: Mapping[str, StepSpec]) -> bool:

@@ -9,20 +9,37 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import DEFAULT_URL, Config
 from ..store import Store
 
-DEFAULT_URL = "sqlite:///statemachine_wf.db"
+__all__ = ["DEFAULT_URL", "open_store"]
 
 
-def open_store(url: str | None = None, **options: Any) -> Store:
-    """Open the store named by ``url`` (see the module docstring)."""
-    url = url or DEFAULT_URL
+def open_store(url: str | None = None, *, schema: str | None = None, **options: Any) -> Store:
+    """Open the store named by ``url``, configured as the CLI is.
+
+    Args:
+        url: ``sqlite:///path.db`` or ``postgresql://user@host:port/db``; default
+            ``SWF_DATABASE_URL``, else ``sqlite:///statemachine_wf.db``.
+        schema: the PostgreSQL schema of the tables; default ``SWF_PG_SCHEMA``, else
+            ``public`` (read through :class:`~statemachine_wf.config.Config`, as
+            ``statemachine-wf --schema`` is, so a producer and a CLI worker started with
+            the same environment use the same tables). An explicit value wins. Only for
+            PostgreSQL.
+        options: passed to the store (``PostgresStore(pool_size=16, listen=True)``).
+
+    Raises:
+        ValueError: an unsupported URL, or ``schema`` given for SQLite.
+    """
+    url = url or Config.from_env().database_url
     if url.startswith("sqlite:///"):
+        if schema is not None:
+            raise ValueError(f"schema={schema!r} applies to PostgreSQL only, not to {url!r}")
         from .sqlite import SQLiteStore
 
         return SQLiteStore(url.removeprefix("sqlite:///") or ":memory:", **options)
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore
 
-        return PostgresStore(url, **options)
+        return PostgresStore(url, schema=schema or Config.schema_from_env(), **options)
     raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path.db or postgresql://...")

@@ -310,6 +310,23 @@ class PostgresStore:
         with self._conn() as conn:
             conn.execute(Q["live_sweep"])
 
+    _INSTANCE_FILTER = (
+        " WHERE (%(any_status)s OR status = ANY(%(status)s))"
+        "   AND (%(pattern)s::text IS NULL OR type LIKE %(pattern)s)"
+        "   AND (%(deleted)s OR deleted_at IS NULL)"
+    )
+
+    @staticmethod
+    def _instance_params(
+        status: Sequence[Status] | None, type_prefix: str | None, include_deleted: bool
+    ) -> dict[str, Any]:
+        return {
+            "any_status": not status,
+            "status": [str(s) for s in status or ()],
+            "pattern": like_prefix(type_prefix) if type_prefix else None,
+            "deleted": include_deleted,
+        }
+
     def list_instances(
         self,
         *,
@@ -317,22 +334,32 @@ class PostgresStore:
         type_prefix: str | None = None,
         limit: int = 100,
         include_deleted: bool = False,
+        offset: int = 0,
     ) -> list[InstanceRecord]:
         rows = self._all(
             "SELECT * FROM wf_instances"
-            " WHERE (%(any_status)s OR status = ANY(%(status)s))"
-            "   AND (%(pattern)s::text IS NULL OR type LIKE %(pattern)s)"
-            "   AND (%(deleted)s OR deleted_at IS NULL)"
-            " ORDER BY created_at DESC LIMIT %(limit)s",
+            + self._INSTANCE_FILTER
+            + " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s",
             {
-                "any_status": not status,
-                "status": [str(s) for s in status or ()],
-                "pattern": like_prefix(type_prefix) if type_prefix else None,
-                "deleted": include_deleted,
+                **self._instance_params(status, type_prefix, include_deleted),
                 "limit": limit,
+                "offset": offset,
             },
         )
         return [instance_record(r) for r in rows]
+
+    def count_instances(
+        self,
+        *,
+        status: Sequence[Status] | None = None,
+        type_prefix: str | None = None,
+        include_deleted: bool = False,
+    ) -> int:
+        row = self._one(
+            "SELECT count(*) AS n FROM wf_instances" + self._INSTANCE_FILTER,
+            self._instance_params(status, type_prefix, include_deleted),
+        )
+        return 0 if row is None else int(row["n"])
 
     def active(self, *, types: Sequence[str] | None = None) -> list[InstanceRecord]:
         found = [instance_record(r) for r in self._all(Q["active"], {})]

@@ -339,22 +339,27 @@ class SQLiteStore:
         type_prefix: str | None = None,
         limit: int = 100,
         include_deleted: bool = False,
+        offset: int = 0,
     ) -> list[InstanceRecord]:
-        sql = "SELECT * FROM wf_instances WHERE 1=1"
-        if not include_deleted:
-            sql += " AND deleted_at IS NULL"
-        params: list[Any] = []
-        if status:
-            sql += " AND status IN (" + ",".join("?" * len(status)) + ")"
-            params += [str(s) for s in status]
-        if type_prefix:
-            sql += " AND type LIKE ? ESCAPE '\\'"
-            params.append(like_prefix(type_prefix))
-        sql += " ORDER BY created_at DESC LIMIT ?"
-        params.append(limit)
+        where, params = _instance_filter(status, type_prefix, include_deleted)
+        sql = (
+            f"SELECT * FROM wf_instances{where} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+        )
         with wrap_errors():
-            rows = self._conn().execute(sql, params).fetchall()
+            rows = self._conn().execute(sql, [*params, limit, offset]).fetchall()
         return [instance_record(r) for r in rows]
+
+    def count_instances(
+        self,
+        *,
+        status: Sequence[Status] | None = None,
+        type_prefix: str | None = None,
+        include_deleted: bool = False,
+    ) -> int:
+        where, params = _instance_filter(status, type_prefix, include_deleted)
+        with wrap_errors():
+            row = self._conn().execute(f"SELECT count(*) FROM wf_instances{where}", params)
+            return int(row.fetchone()[0])
 
     def active(self, *, types: Sequence[str] | None = None) -> list[InstanceRecord]:
         with wrap_errors():
@@ -1166,3 +1171,18 @@ def _statements(script: str) -> list[str]:
     if buf.strip():
         statements.append(buf.strip())
     return statements
+
+
+def _instance_filter(
+    status: Sequence[Status] | None, type_prefix: str | None, include_deleted: bool
+) -> tuple[str, list[Any]]:
+    """The WHERE clause of ``list_instances`` and ``count_instances`` (values as parameters)."""
+    sql = " WHERE 1=1" if include_deleted else " WHERE deleted_at IS NULL"
+    params: list[Any] = []
+    if status:
+        sql += " AND status IN (" + ",".join("?" * len(status)) + ")"
+        params += [str(s) for s in status]
+    if type_prefix:
+        sql += " AND type LIKE ? ESCAPE '\\'"
+        params.append(like_prefix(type_prefix))
+    return sql, params
