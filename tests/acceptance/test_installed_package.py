@@ -244,9 +244,7 @@ def test_the_cli_runs_a_workflow_module_in_an_empty_directory(
 ) -> None:
     (tmp_path / "flows.py").write_text(FLOWS)
     cli = installed.cli
-    # TODO(lead): drop PYTHONPATH once the cwd fix lands (-m/--deps resolve from the
-    # current directory); it names only this directory, never the checkout.
-    env = user_env(PYTHONPATH=str(tmp_path))
+    env = user_env()  # no PYTHONPATH: -m and --deps resolve from the current directory
 
     def swf(*args: str) -> str:
         return run([cli, *args], cwd=tmp_path, env=env).stdout
