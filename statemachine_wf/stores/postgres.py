@@ -458,7 +458,8 @@ class PostgresStore:
 
     def acquire_lock(self, key: str, instance_id: str) -> str:
         row = self._one(Q["lock_acquire"], {"key": key, "id": instance_id})
-        assert row is not None  # the insert or the existing row answers
+        if row is None:  # the upsert returns its row, always (see lock_acquire)
+            raise StoreError(f"postgres: lock {key!r}: the acquire returned no holder")
         holder = str(row["holder"])
         if holder == instance_id:
             with self._conn() as conn:
