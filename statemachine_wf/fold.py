@@ -52,6 +52,16 @@ class Projection:
         }
 
     @property
+    def in_doubt(self) -> bool:
+        """Whether the current step's last attempt may have had an effect nobody judged.
+
+        Either it is still in flight (``in_flight``: the task's flag, which a claim reads)
+        or it ended by a failing reconcile hook (its error says ``in_doubt``) and stopped
+        there, STALLED or FAILED: resuming it must ask the hook first.
+        """
+        return self.in_flight or bool(self.error and self.error.get("in_doubt"))
+
+    @property
     def wait(self) -> dict[str, Any] | None:
         """The wait the instance is parked on (its entry in ``waits``), if any."""
         return None if self.waiting is None else self.waits.get(self.waiting)

@@ -603,10 +603,11 @@ class Runner:
         except Exception as exc:
             cls = d.spec.step(step).classify(exc)
             log.warning("instance %s: reconcile of %s raised %r", d.instance.id, step, exc)
-            # An in-doubt attempt is still open: the hook's failure ends it. Otherwise the
-            # attempt already has its outcome in the log and the failure is the hook's own.
+            # An in-doubt attempt is still open: the hook's failure ends it, and the step
+            # stays in doubt (decide.failure). Otherwise the attempt already has its outcome
+            # in the log and the failure is the hook's own.
             event = Ev.STEP_FAILED if in_doubt else Ev.RECONCILE_FAILED
-            self._fail(d, step, attempt, cls, exc, event=event)
+            self._fail(d, step, attempt, cls, exc, event=event, in_doubt=in_doubt)
             return
         log.info(
             "instance %s: reconciled %s (%s): %s %s",
@@ -704,9 +705,12 @@ class Runner:
         exc: BaseException,
         *,
         event: Ev = Ev.STEP_FAILED,
+        in_doubt: bool = False,
     ) -> None:
         def make(state: Projection) -> Decision:
-            return decide.failure(d.spec, state, step, attempt, cls, exc, d.failures, event=event)
+            return decide.failure(
+                d.spec, state, step, attempt, cls, exc, d.failures, event=event, in_doubt=in_doubt
+            )
 
         self._commit(d, make)
 

@@ -436,6 +436,7 @@ class PostgresStore:
                 delay=op.delay,
                 failures=op.failures,
                 attempt=decision.state.attempts.get(op.node, 0),
+                in_doubt=op.in_doubt,
             )
         elif isinstance(op, Park):
             tail = "apply_park"

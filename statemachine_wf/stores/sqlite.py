@@ -534,6 +534,7 @@ class SQLiteStore:
                     "attempt": decision.state.attempts.get(op.node, 0),
                     "failures": op.failures,
                     "due_at": now + op.delay,
+                    "in_doubt": int(op.in_doubt),
                     "now": now,
                 },
             )

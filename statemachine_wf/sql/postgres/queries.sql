@@ -134,12 +134,13 @@ SELECT version FROM inst;
 -- name: apply_reschedule
 , task AS (
     INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
-                          failures)
+                          failures, in_flight)
     SELECT inst.id, '', %(node)s, inst.kind, inst.type, inst.priority,
-           now() + %(delay)s * interval '1 second', %(attempt)s, %(failures)s
+           now() + %(delay)s * interval '1 second', %(attempt)s, %(failures)s, %(in_doubt)s
     FROM inst
     ON CONFLICT (instance_id, slot) DO UPDATE
-    SET node = excluded.node, due_at = excluded.due_at, in_flight = false,
+    -- in_flight stays set for a step still in doubt (decide.Reschedule.in_doubt)
+    SET node = excluded.node, due_at = excluded.due_at, in_flight = excluded.in_flight,
         failures = excluded.failures, lease_owner = NULL
 )
 SELECT version, pg_notify(%(channel)s, type) FROM inst;
