@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from .. import decide
@@ -70,11 +70,19 @@ log = logging.getLogger("statemachine_wf.sqlite")
 
 @contextmanager
 def wrap_errors() -> Iterator[None]:
-    """Translate driver errors in one place."""
+    """Translate driver errors in one place: a duplicate is a lost race, the rest StoreError.
+
+    As the PostgreSQL store's: callers that know which row a unique index refused
+    translate the duplicate themselves first (with the instance and version).
+    """
     try:
         yield
+    except sqlite3.IntegrityError as exc:
+        if "UNIQUE constraint failed" in str(exc):
+            raise ConcurrencyConflict("?", -1) from exc
+        raise StoreError(f"sqlite: {type(exc).__name__}: {exc}") from exc
     except sqlite3.Error as exc:
-        raise StoreError(f"sqlite: {exc}") from exc
+        raise StoreError(f"sqlite: {type(exc).__name__}: {exc}") from exc
 
 
 def _quarantined(error: str | bytes | None) -> bool:
@@ -159,18 +167,23 @@ class SQLiteStore:
         # sleeps of up to 100 ms, which would dominate a step. Other processes still
         # meet the file lock and busy_timeout.
         appended = self._appended(conn)
-        with self._writer:
-            with wrap_errors():
-                conn.execute("BEGIN IMMEDIATE")
+        # wrap_errors covers the whole transaction, the writes inside it included: a
+        # driver error anywhere (busy beyond busy_timeout, disk full, I/O) is the
+        # database's, a StoreError, never the instance's fault.
+        with self._writer, wrap_errors():
+            conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
                 appended.clear()
-                with wrap_errors():
-                    conn.execute("ROLLBACK")
+                # SQLite may have rolled back already (some errors end the transaction);
+                # a failed COMMIT leaves it open. Either way the connection must leave
+                # here outside any transaction, and the original error is what matters.
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
-            with wrap_errors():
-                conn.execute("COMMIT")
         if appended:
             for instance_id, seq in appended.items():
                 self._live.publish(instance_id, seq)
