@@ -47,7 +47,9 @@ class StepContext(Generic[InputT, ProgressT]):
         instance_id: the workflow instance's id.
         workflow_type: its versioned type name.
         step: the state whose action is running.
-        attempt: 1 for the first try of this step, 2 for the next, …
+        attempt: 1 for the first run of this step, 2 for the next, …: every run counts,
+            a re-run after a ``Snooze`` or a lock wait too (attempt numbers never repeat),
+            but only failures count against the retry policy's ``max_attempts``.
         input: the validated, immutable input.
         reason: why this attempt runs: ``"new"`` or ``"retry"`` or ``"rerun"`` (in doubt).
     """

@@ -26,7 +26,8 @@ class RetryPolicy:
     """When to retry a step that raised a retryable error.
 
     Attributes:
-        max_attempts: failures allowed before the policy gives up (the seed's 5).
+        max_attempts: consecutive failures allowed before the policy gives up (the seed's
+            5). A ``Snooze`` or a lock wait is not a failure and never uses one up.
         initial_delay: seconds to wait after the first failure.
         max_delay: cap on any single wait, in seconds.
         multiplier: growth factor between consecutive waits.
