@@ -349,8 +349,7 @@ def reconciled(
     if rec.to is not None:
         payload["to"] = rec.to
     event = NewEvent(Ev.RECONCILED, step, attempt, payload)
-    if rec.decision == "goto":
-        assert rec.to is not None
+    if rec.decision == "goto" and rec.to is not None:  # checked in spec.steps above
         return _moved_on(state, [event], rec.to)
     if rec.decision == "complete":
         return _moved_on(state, [event], COMPLETED)

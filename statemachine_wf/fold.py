@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .errors import InvalidState
 from .events import Ev, EventRecord, NewEvent, Status
 from .workflow import COMPLETED
 
@@ -33,6 +34,12 @@ class Projection:
     a reserved token, the wait in progress, or its outcome. Cleared when the step ends."""
     waiting: str | None = None
     """The key of the wait the instance is parked on, if any."""
+
+    def current_step(self) -> str:
+        """The current step; an instance started from SQL has none before its first claim."""
+        if self.step is None:
+            raise InvalidState("the instance has no current step yet")
+        return self.step
 
     def next_attempt(self, step: str) -> int:
         return self.attempts.get(step, 0) + 1

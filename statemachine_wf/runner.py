@@ -119,8 +119,7 @@ class _Host:
         if not self.valid:
             raise LeaseLost("this step has timed out or lost its lease; progress not saved")
         d = self._drive
-        assert d.state.step is not None
-        step, attempt = d.state.step, d.attempt
+        step, attempt = d.state.current_step(), d.attempt
         self._runner._commit(d, lambda state: decide.saved(state, step, attempt, delta))
 
     def heartbeat(self) -> None:
@@ -142,8 +141,7 @@ class _Host:
         if not self.valid:
             raise LeaseLost("this step has timed out or lost its lease; token not recorded")
         d = self._drive
-        assert d.state.step is not None
-        step, attempt = d.state.step, d.attempt
+        step, attempt = d.state.current_step(), d.attempt
         self._runner._commit(d, lambda state: waits.reserve(state, step, attempt, key, token))
 
 
@@ -161,8 +159,7 @@ class _Drive:
 
     @property
     def attempt(self) -> int:
-        assert self.state.step is not None
-        return self.state.attempts.get(self.state.step, 0)
+        return self.state.attempts.get(self.state.current_step(), 0)
 
 
 class Runner:
@@ -576,8 +573,7 @@ class Runner:
                 )
 
     def _reconcile(self, d: _Drive, input_model: BaseModel, *, reason: str, in_doubt: bool) -> None:
-        assert d.state.step is not None
-        step, attempt = d.state.step, d.attempt
+        step, attempt = d.state.current_step(), d.attempt
         ctx: ReconcileContext[Any, Any] = ReconcileContext(
             instance_id=d.instance.id,
             workflow_type=d.spec.workflow_type,
@@ -626,8 +622,7 @@ class Runner:
 
     def _run_step(self, d: _Drive, input_model: BaseModel) -> bool:
         """Run the current step's action and commit its outcome; True to run the next."""
-        assert d.state.step is not None
-        step = d.state.step
+        step = d.state.current_step()
         attempt = d.attempt
         sspec = d.spec.step(step)
         host = _Host(self, d)

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, assert_never
 
 from ..decide import Continue, Finish, KeepTask, Park, Reschedule
 from ..errors import (
@@ -254,8 +254,7 @@ class PostgresStore:
         }
         rows = self._all(Q["create_many"], params)
         for row, new in zip(rows, news, strict=True):
-            if row["clash"]:
-                assert new.idempotency_key is not None
+            if row["clash"] and new.idempotency_key is not None:  # a clash needs a key
                 raise key_clash(new.idempotency_key, str(row["id"]), row["existing_type"], new.type)
         out: list[tuple[str, bool]] = []
         for row, new in zip(rows, news, strict=True):
@@ -384,8 +383,8 @@ class PostgresStore:
                 Q["lease_task"],
                 {"task_id": task.id, "worker": worker, "lease": lease, "token": uuid.uuid4().hex},
             ).fetchone()
-        assert inst is not None
-        assert leased is not None
+            if inst is None or leased is None:  # rolled back: nothing claimed
+                raise StoreError(f"postgres: claim of {task.instance_id}: its rows are gone")
         return Claim(task_record(leased), instance_record(inst), started=False)
 
     def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
@@ -404,8 +403,8 @@ class PostgresStore:
                     "token": uuid.uuid4().hex,
                 },
             ).fetchone()
-        assert inst is not None
-        assert leased is not None
+            if inst is None or leased is None:  # rolled back: nothing claimed
+                raise StoreError(f"postgres: claim of {instance_id}: its rows are gone")
         return Claim(task_record(leased), instance_record(inst), started=False)
 
     def apply(self, commit: Commit) -> int:
@@ -443,9 +442,10 @@ class PostgresStore:
             params.update(node=op.node, failures=op.failures)
         elif isinstance(op, Finish):
             tail = "apply_finish"
-        else:
-            assert isinstance(op, KeepTask)
+        elif isinstance(op, KeepTask):
             tail = "apply_keep"
+        else:
+            assert_never(op)
         try:
             row = self._one(head + middle + "\n" + Q[tail], params)
         except ConcurrencyConflict:
@@ -635,7 +635,8 @@ class PostgresStore:
                 size, limit = _sizes(cause.diag.message_primary or "")
                 raise PayloadTooLarge(f"signal {new.name!r} payload", size, limit) from None
             raise
-        assert row is not None
+        if row is None:
+            raise StoreError(f"postgres: signal {new.name!r}: the insert returned no id")
         return int(row["id"])
 
     def pending_signals(self, instance_id: str) -> list[SignalRecord]:
@@ -732,7 +733,8 @@ class PostgresStore:
                 row = self._one(Q["dag_save"], {"name": name, "definition": Jsonb(definition)})
             except ConcurrencyConflict:
                 continue  # a concurrent save took this version number
-            assert row is not None
+            if row is None:
+                raise StoreError(f"postgres: DAG {name!r}: the save returned no version")
             return int(row["version"])
         raise ConcurrencyConflict(name, -1)
 
@@ -748,7 +750,8 @@ class PostgresStore:
     def dag_delete(self, name: str, *, cascade: bool = False) -> int:
         with self._conn() as conn, conn.transaction():
             used = conn.execute(Q["dag_instances_of"], {"name": name}).fetchone()
-            assert used is not None
+            if used is None:
+                raise StoreError(f"postgres: DAG {name!r}: the count returned no row")
             if used["n"] and not cascade:
                 raise InvalidState(
                     f"definition {name!r} is used by {used['n']} instance(s); "

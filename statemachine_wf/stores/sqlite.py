@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, assert_never
 
 from .. import decide
 from ..decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
@@ -438,13 +438,14 @@ class SQLiteStore:
                 conn, instance.id, instance.version, decision, worker, lease, now
             )
             conn.execute(Q["lease_task"], lease_params)
-            assert isinstance(decision.task, Continue)
-            task = _leased(task, worker, now + lease, decision.task.attempt, started=True)
+            attempt = decision.state.attempts[task.node]  # the attempt decide.start began
+            task = _leased(task, worker, now + lease, attempt, started=True)
             task = dataclasses.replace(task, lease_token=token)
             instance = instance_record(
                 conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
             )
-            assert instance.version == version
+            if instance.version != version:
+                raise StoreError(f"sqlite: claim of {instance.id}: version changed under it")
             return Claim(task, instance, started=True)
         conn.execute(
             Q["bump_version"], {"id": instance.id, "version": instance.version, "now": now}
@@ -560,8 +561,8 @@ class SQLiteStore:
             parent = conn.execute(Q["finish_wake_parent"], {"id": instance_id, "now": now})
             # Wake a worker only for what this finish made due (lock waiters, a parent).
             woke = released > 0 or parent.rowcount > 0
-        else:
-            assert isinstance(op, KeepTask)
+        elif not isinstance(op, KeepTask):
+            assert_never(op)
         return version + 1, woke
 
     def _write_signals(
