@@ -14,6 +14,7 @@ The tree::
     ├── ConcurrencyConflict        a CAS lost: somebody else decided first
     ├── LeaseLost                  this runner no longer holds the task it is working on
     ├── StoreError                 the database failed (driver error wrapped)
+    │   ├── DataRejected           the database refused this data; retrying cannot help
     │   └── MigrationError
     └── StepFailure                raised *by actions* to classify a failure explicitly
         ├── Retry                  retry with backoff (the retry policy decides when to give up)
@@ -124,6 +125,16 @@ class LeaseLost(WorkflowError):
 
 class StoreError(WorkflowError):
     """The store failed."""
+
+
+class DataRejected(StoreError):
+    """The database refused this data (a value it cannot store); retrying cannot help.
+
+    Not "the database is away" (a plain :class:`StoreError`, retried): a data exception
+    (a NUL or a lone surrogate in text, a number out of range, invalid JSON text) or a
+    constraint violation other than the version check. The runner sets the instance
+    aside (quarantined, with a dead letter and the reason) instead of running it again.
+    """
 
 
 class MigrationError(StoreError):

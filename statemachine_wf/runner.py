@@ -40,6 +40,7 @@ from .context import ReconcileContext, Reconciliation, StepContext
 from .decide import Continue, Decision
 from .errors import (
     ConcurrencyConflict,
+    DataRejected,
     Fail,
     LeaseLost,
     Parked,
@@ -434,6 +435,15 @@ class Runner:
                 self._drive(claim, startup=startup)
         except LeaseLost as exc:
             log.warning("instance %s: %s", claim.instance.id, exc)
+        except DataRejected as exc:
+            # The instance's data, not the database: running it again would write the same
+            # value again, forever. Set it aside (dead-lettered, with the reason).
+            log.error("instance %s: the database refused its data: %s", claim.instance.id, exc)
+            self.store.quarantine(
+                claim.instance.id,
+                reason=f"the database refused the instance's data: {exc}",
+                worker=self.worker_id,
+            )
         except StoreError as exc:
             # The database, not the instance, is the problem: never quarantine for it.
             log.warning(

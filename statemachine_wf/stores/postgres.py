@@ -23,6 +23,7 @@ from typing import Any, assert_never
 from ..decide import Continue, Finish, KeepTask, Park, Reschedule
 from ..errors import (
     ConcurrencyConflict,
+    DataRejected,
     InvalidState,
     MigrationError,
     NotFound,
@@ -81,11 +82,16 @@ _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 @contextmanager
 def wrap_errors() -> Iterator[None]:
-    """Translate driver errors in one place: a duplicate is a lost race, the rest StoreError."""
+    """Translate driver errors in one place: a duplicate is a lost race, a value the
+    database cannot store is DataRejected (class 22 data exceptions, class 23 integrity
+    violations, text the driver cannot encode), the rest (connections, shutdowns,
+    serialization failures) StoreError: the database, retried."""
     try:
         yield
     except psycopg.errors.UniqueViolation as exc:
         raise ConcurrencyConflict("?", -1) from exc
+    except (psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeError) as exc:
+        raise DataRejected(f"postgres: {type(exc).__name__}: {exc}") from exc
     except psycopg.Error as exc:
         raise StoreError(f"postgres: {type(exc).__name__}: {exc}") from exc
 

@@ -24,6 +24,7 @@ from .. import decide
 from ..decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
 from ..errors import (
     ConcurrencyConflict,
+    DataRejected,
     InvalidState,
     MigrationError,
     NotFound,
@@ -70,7 +71,8 @@ log = logging.getLogger("statemachine_wf.sqlite")
 
 @contextmanager
 def wrap_errors() -> Iterator[None]:
-    """Translate driver errors in one place: a duplicate is a lost race, the rest StoreError.
+    """Translate driver errors in one place: a duplicate is a lost race, a value the
+    database cannot store DataRejected, the rest StoreError.
 
     As the PostgreSQL store's: callers that know which row a unique index refused
     translate the duplicate themselves first (with the instance and version).
@@ -80,7 +82,9 @@ def wrap_errors() -> Iterator[None]:
     except sqlite3.IntegrityError as exc:
         if "UNIQUE constraint failed" in str(exc):
             raise ConcurrencyConflict("?", -1) from exc
-        raise StoreError(f"sqlite: {type(exc).__name__}: {exc}") from exc
+        raise DataRejected(f"sqlite: {type(exc).__name__}: {exc}") from exc
+    except (sqlite3.DataError, OverflowError, UnicodeEncodeError) as exc:
+        raise DataRejected(f"sqlite: {type(exc).__name__}: {exc}") from exc
     except sqlite3.Error as exc:
         raise StoreError(f"sqlite: {type(exc).__name__}: {exc}") from exc
 
