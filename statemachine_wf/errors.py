@@ -33,7 +33,26 @@ Each class docstring is its default message.
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+MAX_DURATION = 100 * 365.25 * 86400.0
+"""The longest duration (seconds) a step may ask for: a snooze, a stall's ``retry_in``, a
+lock recheck, a durable sleep or wait, a retry delay. Longer, infinite or NaN values are
+refused where they are made, so both stores see only values both can store."""
+
+
+def check_duration(name: str, seconds: float) -> float:
+    """``seconds`` as a float if it is a finite number in [0, MAX_DURATION]; else ValueError."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number of seconds, got {seconds!r}") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_DURATION):
+        raise ValueError(
+            f"{name} must be a finite number of seconds in [0, {MAX_DURATION:.0f}], got {seconds}"
+        )
+    return value
 
 
 class WorkflowError(Exception):
@@ -171,7 +190,7 @@ class Stall(StepFailure):
         self, message: str | None = None, *, code: str | None = None, retry_in: float | None = None
     ) -> None:
         super().__init__(message, code=code)
-        self.retry_in = retry_in
+        self.retry_in = None if retry_in is None else check_duration("retry_in", retry_in)
 
 
 class Fail(StepFailure):
@@ -193,7 +212,7 @@ class Waiting(StepFailure):
         super().__init__(f"waiting for lock {key!r} held by instance {holder}")
         self.key: str | None = key
         self.holder: str | None = holder
-        self.recheck = recheck
+        self.recheck = check_duration("recheck", recheck)
 
 
 class Snooze(Waiting):
@@ -207,8 +226,7 @@ class Snooze(Waiting):
     code = "snooze"
 
     def __init__(self, seconds: float, reason: str = "not done yet") -> None:
-        if seconds < 0:
-            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        seconds = check_duration("seconds", seconds)
         StepFailure.__init__(self, reason)
         self.key = None
         self.holder = None

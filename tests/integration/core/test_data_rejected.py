@@ -12,7 +12,18 @@ import threading
 import pytest
 from pydantic import BaseModel
 
-from statemachine_wf import COMPLETED, Client, Runner, Status, StepContext, Store, Workflow, step
+from statemachine_wf import (
+    COMPLETED,
+    Client,
+    RetryPolicy,
+    Runner,
+    Snooze,
+    Status,
+    StepContext,
+    Store,
+    Workflow,
+    step,
+)
 from statemachine_wf.errors import DataRejected, StoreError
 from statemachine_wf.events import Ev
 
@@ -66,3 +77,29 @@ def test_data_rejected_is_a_store_error_apart_from_the_database_being_away(store
     i = client.start(Poison, In())
     with pytest.raises(DataRejected):
         store.quarantine(i, reason="bad\x00reason", worker="w")
+
+
+class Forever(Workflow[In, Pr]):
+    workflow_type = "t.data_rejected.forever.v1"
+    retry_policy = RetryPolicy(max_attempts=2, initial_delay=0.01, jitter=False)
+    runs: list[int]
+    guard: threading.Lock
+
+    @step(initial=True, to=COMPLETED)
+    def only(self, ctx: StepContext[In, Pr]) -> None:
+        with self.guard:
+            self.runs.append(ctx.attempt)
+        raise Snooze(1e300, "see you never")
+
+
+def test_an_unstorable_duration_fails_the_step_alike_on_both_stores(store: Store) -> None:
+    client = Client(store, [Forever])
+    i = client.start(Forever, In())
+    runs: list[int] = []
+    deps = {"runs": runs, "guard": threading.Lock()}
+    Runner(store, [Forever], dependencies=deps).run_until_idle(timeout=10)
+    assert runs == [1, 2]  # a failure each (ValueError), then the policy stalls it
+    record = client.get(i)
+    assert record.status == Status.STALLED
+    assert record.error is not None
+    assert "seconds must be a finite number" in record.error["message"]
