@@ -7,7 +7,6 @@ implements, so this module stays free of I/O.
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -17,7 +16,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from .errors import Fail, Parked, Waiting, WaitTimeout
+from .errors import Fail, Parked, Waiting, WaitTimeout, check_duration
 from .progress import merge_progress
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -47,7 +46,9 @@ class StepContext(Generic[InputT, ProgressT]):
         instance_id: the workflow instance's id.
         workflow_type: its versioned type name.
         step: the state whose action is running.
-        attempt: 1 for the first try of this step, 2 for the next, …
+        attempt: 1 for the first run of this step, 2 for the next, …: every run counts,
+            a re-run after a ``Snooze`` or a lock wait too (attempt numbers never repeat),
+            but only failures count against the retry policy's ``max_attempts``.
         input: the validated, immutable input.
         reason: why this attempt runs: ``"new"`` or ``"retry"`` or ``"rerun"`` (in doubt).
     """
@@ -171,8 +172,8 @@ class StepContext(Generic[InputT, ProgressT]):
                 f"signals={sorted(self._signals)}",
                 code="undeclared_signal",
             )
-        if timeout is not None and not (timeout >= 0 and math.isfinite(timeout)):
-            raise ValueError(f"timeout must be a finite number >= 0, got {timeout}")
+        if timeout is not None:
+            check_duration("timeout", timeout)
         key, entry = self._next_wait("signal", name)
         outcome = entry.get("outcome")
         if outcome == "timeout":
@@ -184,14 +185,13 @@ class StepContext(Generic[InputT, ProgressT]):
 
     def sleep(self, seconds: float) -> None:
         """Sleep durably for ``seconds``: the step is parked and runs again afterwards."""
-        if not (seconds >= 0 and math.isfinite(seconds)):
-            raise ValueError(f"seconds must be a finite number >= 0, got {seconds}")
-        self._sleep(time.time() + seconds)
+        self._sleep(time.time() + check_duration("seconds", seconds))
 
     def sleep_until(self, when: datetime) -> None:
         """Sleep durably until ``when`` (a timezone-aware datetime)."""
         if when.tzinfo is None:
             raise ValueError("sleep_until needs a timezone-aware datetime (e.g. UTC)")
+        check_duration("sleep_until's time from now", max(0.0, when.timestamp() - time.time()))
         self._sleep(when.timestamp())
 
     def _sleep(self, until: float) -> None:

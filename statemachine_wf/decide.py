@@ -36,11 +36,17 @@ class Continue:
 
 @dataclass(frozen=True, slots=True)
 class Reschedule:
-    """Release the lease; the task is due again after ``delay`` seconds."""
+    """Release the lease; the task is due again after ``delay`` seconds.
+
+    ``in_doubt``: an attempt of ``node`` may have had its effect and no reconcile hook
+    call has judged it yet (the hook itself failed). The task keeps its in-flight flag,
+    so whoever claims it next asks the hook first; the step never simply runs again.
+    """
 
     node: str
     delay: float
     failures: int
+    in_doubt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,12 +226,19 @@ def failure(
     failures: int,
     *,
     event: Ev = Ev.STEP_FAILED,
+    in_doubt: bool = False,
 ) -> Decision:
     """The action of ``step`` failed with ``exc``, classified as ``cls``.
 
     ``failures`` is the count of consecutive failures of this step before this one.
     ``event`` is ``RECONCILE_FAILED`` when it was the reconcile hook of a step whose
     attempt had already ended that failed: the attempt's own outcome stays as logged.
+
+    ``in_doubt``: it was the reconcile hook of an in-doubt attempt that failed (raised,
+    stalled, snoozed). Nothing says whether that attempt's effect happened, so the step
+    stays in doubt until a hook call succeeds: the event and the error say so
+    (``"in_doubt": true``) and the task keeps its in-flight flag (``Reschedule.in_doubt``),
+    so every later attempt, and a resume or retry by hand, asks the hook first.
     """
     if isinstance(exc, Waiting):
         payload: dict[str, Any] = (
@@ -233,13 +246,17 @@ def failure(
             if exc.key is not None
             else {"snooze": exc.recheck, "reason": exc.message}
         )
+        if in_doubt:
+            payload["in_doubt"] = True
         return _decide(
             state,
             [NewEvent(Ev.STEP_WAITING, step, attempt, payload)],
-            Reschedule(step, exc.recheck, failures),
+            Reschedule(step, exc.recheck, failures, in_doubt=in_doubt),
         )
     policy = spec.step(step).retry
     info = error_info(step, exc, cls)
+    if in_doubt:
+        info["in_doubt"] = True
     outcome: str
     dead_letter = None
     if cls is Retry:
@@ -257,11 +274,11 @@ def failure(
         outcome = "fail"
     if outcome == "retry":
         delay = policy.delay(failures)
-        task: TaskOp = Reschedule(step, delay, failures)
+        task: TaskOp = Reschedule(step, delay, failures, in_doubt=in_doubt)
     elif outcome == "stall":
         retry_in = getattr(exc, "retry_in", None)
         delay = float(retry_in) if retry_in is not None else policy.stall_retry_after
-        task = Reschedule(step, delay, 0)
+        task = Reschedule(step, delay, 0, in_doubt=in_doubt)
     else:
         delay = 0.0
         task = Finish()
@@ -270,6 +287,8 @@ def failure(
         "retry_in": round(delay, 3),
         "failures": failures,
     }
+    if in_doubt:
+        payload["in_doubt"] = True
     return _decide(state, [NewEvent(event, step, attempt, payload, info)], task, dead_letter)
 
 
@@ -330,8 +349,7 @@ def reconciled(
     if rec.to is not None:
         payload["to"] = rec.to
     event = NewEvent(Ev.RECONCILED, step, attempt, payload)
-    if rec.decision == "goto":
-        assert rec.to is not None
+    if rec.decision == "goto" and rec.to is not None:  # checked in spec.steps above
         return _moved_on(state, [event], rec.to)
     if rec.decision == "complete":
         return _moved_on(state, [event], COMPLETED)
@@ -358,12 +376,16 @@ def stop_for_cancel(state: Projection) -> Decision:
 
 
 def resume(state: Projection) -> Decision:
-    """Resume a STALLED instance by hand: its step is due now.
+    """Resume a STALLED instance by hand: its step is due now (still in doubt if it was).
 
     A run started from SQL that never started a step has none: its task goes back to
     the sentinel step ``''``, which the claiming runner resolves.
     """
-    return _decide(state, [NewEvent(Ev.RESUMED)], Reschedule(state.step or "", 0.0, 0))
+    return _decide(
+        state,
+        [NewEvent(Ev.RESUMED)],
+        Reschedule(state.step or "", 0.0, 0, in_doubt=state.in_doubt),
+    )
 
 
 def retry(state: Projection) -> Decision:
@@ -371,5 +393,5 @@ def retry(state: Projection) -> Decision:
     return _decide(
         state,
         [NewEvent(Ev.RETRIED, payload={"step": state.step})],
-        Reschedule(state.step or "", 0.0, 0),
+        Reschedule(state.step or "", 0.0, 0, in_doubt=state.in_doubt),
     )

@@ -14,6 +14,7 @@ The tree::
     ├── ConcurrencyConflict        a CAS lost: somebody else decided first
     ├── LeaseLost                  this runner no longer holds the task it is working on
     ├── StoreError                 the database failed (driver error wrapped)
+    │   ├── DataRejected           the database refused this data; retrying cannot help
     │   └── MigrationError
     ├── MissingDependencies        a runner was not given what its workflows declare
     └── StepFailure                raised *by actions* to classify a failure explicitly
@@ -33,7 +34,26 @@ Each class docstring is its default message.
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+MAX_DURATION = 100 * 365.25 * 86400.0
+"""The longest duration (seconds) a step may ask for: a snooze, a stall's ``retry_in``, a
+lock recheck, a durable sleep or wait, a retry delay. Longer, infinite or NaN values are
+refused where they are made, so both stores see only values both can store."""
+
+
+def check_duration(name: str, seconds: float) -> float:
+    """``seconds`` as a float if it is a finite number in [0, MAX_DURATION]; else ValueError."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number of seconds, got {seconds!r}") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_DURATION):
+        raise ValueError(
+            f"{name} must be a finite number of seconds in [0, {MAX_DURATION:.0f}], got {seconds}"
+        )
+    return value
 
 
 class WorkflowError(Exception):
@@ -127,6 +147,16 @@ class StoreError(WorkflowError):
     """The store failed."""
 
 
+class DataRejected(StoreError):
+    """The database refused this data (a value it cannot store); retrying cannot help.
+
+    Not "the database is away" (a plain :class:`StoreError`, retried): a data exception
+    (a NUL or a lone surrogate in text, a number out of range, invalid JSON text) or a
+    constraint violation other than the version check. The runner sets the instance
+    aside (quarantined, with a dead letter and the reason) instead of running it again.
+    """
+
+
 class MigrationError(StoreError):
     """The database schema could not be migrated."""
 
@@ -181,7 +211,7 @@ class Stall(StepFailure):
         self, message: str | None = None, *, code: str | None = None, retry_in: float | None = None
     ) -> None:
         super().__init__(message, code=code)
-        self.retry_in = retry_in
+        self.retry_in = None if retry_in is None else check_duration("retry_in", retry_in)
 
 
 class Fail(StepFailure):
@@ -203,7 +233,7 @@ class Waiting(StepFailure):
         super().__init__(f"waiting for lock {key!r} held by instance {holder}")
         self.key: str | None = key
         self.holder: str | None = holder
-        self.recheck = recheck
+        self.recheck = check_duration("recheck", recheck)
 
 
 class Snooze(Waiting):
@@ -217,8 +247,7 @@ class Snooze(Waiting):
     code = "snooze"
 
     def __init__(self, seconds: float, reason: str = "not done yet") -> None:
-        if seconds < 0:
-            raise ValueError(f"seconds must be >= 0, got {seconds}")
+        seconds = check_duration("seconds", seconds)
         StepFailure.__init__(self, reason)
         self.key = None
         self.holder = None

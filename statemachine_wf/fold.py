@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .errors import InvalidState
 from .events import Ev, EventRecord, NewEvent, Status
 from .workflow import COMPLETED
 
@@ -34,6 +35,12 @@ class Projection:
     waiting: str | None = None
     """The key of the wait the instance is parked on, if any."""
 
+    def current_step(self) -> str:
+        """The current step; an instance started from SQL has none before its first claim."""
+        if self.step is None:
+            raise InvalidState("the instance has no current step yet")
+        return self.step
+
     def next_attempt(self, step: str) -> int:
         return self.attempts.get(step, 0) + 1
 
@@ -50,6 +57,16 @@ class Projection:
             "waits": self.waits,
             "waiting": self.waiting,
         }
+
+    @property
+    def in_doubt(self) -> bool:
+        """Whether the current step's last attempt may have had an effect nobody judged.
+
+        Either it is still in flight (``in_flight``: the task's flag, which a claim reads)
+        or it ended by a failing reconcile hook (its error says ``in_doubt``) and stopped
+        there, STALLED or FAILED: resuming it must ask the hook first.
+        """
+        return self.in_flight or bool(self.error and self.error.get("in_doubt"))
 
     @property
     def wait(self) -> dict[str, Any] | None:

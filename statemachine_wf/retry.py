@@ -6,10 +6,13 @@ one rather than a hand-rolled copy: 1 s, 2 s, 4 s, 8 s, 16 s … capped at ``max
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
 import tenacity
+
+from .errors import check_duration
 
 Exhausted = Literal["stall", "fail"]
 
@@ -26,7 +29,8 @@ class RetryPolicy:
     """When to retry a step that raised a retryable error.
 
     Attributes:
-        max_attempts: failures allowed before the policy gives up (the seed's 5).
+        max_attempts: consecutive failures allowed before the policy gives up (the seed's
+            5). A ``Snooze`` or a lock wait is not a failure and never uses one up.
         initial_delay: seconds to wait after the first failure.
         max_delay: cap on any single wait, in seconds.
         multiplier: growth factor between consecutive waits.
@@ -46,8 +50,11 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        if self.initial_delay < 0 or self.max_delay < 0:
-            raise ValueError("delays must be >= 0")
+        check_duration("initial_delay", self.initial_delay)
+        check_duration("max_delay", self.max_delay)
+        check_duration("stall_retry_after", self.stall_retry_after)
+        if not math.isfinite(self.multiplier):
+            raise ValueError(f"multiplier must be finite, got {self.multiplier}")
         if self.multiplier < 1:
             raise ValueError(f"multiplier must be >= 1, got {self.multiplier}")
         if self.on_exhausted not in ("stall", "fail"):

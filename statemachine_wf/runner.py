@@ -40,6 +40,7 @@ from .context import ReconcileContext, Reconciliation, StepContext
 from .decide import Continue, Decision
 from .errors import (
     ConcurrencyConflict,
+    DataRejected,
     Fail,
     LeaseLost,
     MissingDependencies,
@@ -120,8 +121,7 @@ class _Host:
         if not self.valid:
             raise LeaseLost("this step has timed out or lost its lease; progress not saved")
         d = self._drive
-        assert d.state.step is not None
-        step, attempt = d.state.step, d.attempt
+        step, attempt = d.state.current_step(), d.attempt
         self._runner._commit(d, lambda state: decide.saved(state, step, attempt, delta))
 
     def heartbeat(self) -> None:
@@ -143,8 +143,7 @@ class _Host:
         if not self.valid:
             raise LeaseLost("this step has timed out or lost its lease; token not recorded")
         d = self._drive
-        assert d.state.step is not None
-        step, attempt = d.state.step, d.attempt
+        step, attempt = d.state.current_step(), d.attempt
         self._runner._commit(d, lambda state: waits.reserve(state, step, attempt, key, token))
 
 
@@ -162,8 +161,7 @@ class _Drive:
 
     @property
     def attempt(self) -> int:
-        assert self.state.step is not None
-        return self.state.attempts.get(self.state.step, 0)
+        return self.state.attempts.get(self.state.current_step(), 0)
 
 
 class Runner:
@@ -449,6 +447,15 @@ class Runner:
                 self._drive(claim, startup=startup)
         except LeaseLost as exc:
             log.warning("instance %s: %s", claim.instance.id, exc)
+        except DataRejected as exc:
+            # The instance's data, not the database: running it again would write the same
+            # value again, forever. Set it aside (dead-lettered, with the reason).
+            log.error("instance %s: the database refused its data: %s", claim.instance.id, exc)
+            self.store.quarantine(
+                claim.instance.id,
+                reason=f"the database refused the instance's data: {exc}",
+                worker=self.worker_id,
+            )
         except StoreError as exc:
             # The database, not the instance, is the problem: never quarantine for it.
             log.warning(
@@ -588,8 +595,7 @@ class Runner:
                 )
 
     def _reconcile(self, d: _Drive, input_model: BaseModel, *, reason: str, in_doubt: bool) -> None:
-        assert d.state.step is not None
-        step, attempt = d.state.step, d.attempt
+        step, attempt = d.state.current_step(), d.attempt
         ctx: ReconcileContext[Any, Any] = ReconcileContext(
             instance_id=d.instance.id,
             workflow_type=d.spec.workflow_type,
@@ -615,10 +621,11 @@ class Runner:
         except Exception as exc:
             cls = d.spec.step(step).classify(exc)
             log.warning("instance %s: reconcile of %s raised %r", d.instance.id, step, exc)
-            # An in-doubt attempt is still open: the hook's failure ends it. Otherwise the
-            # attempt already has its outcome in the log and the failure is the hook's own.
+            # An in-doubt attempt is still open: the hook's failure ends it, and the step
+            # stays in doubt (decide.failure). Otherwise the attempt already has its outcome
+            # in the log and the failure is the hook's own.
             event = Ev.STEP_FAILED if in_doubt else Ev.RECONCILE_FAILED
-            self._fail(d, step, attempt, cls, exc, event=event)
+            self._fail(d, step, attempt, cls, exc, event=event, in_doubt=in_doubt)
             return
         log.info(
             "instance %s: reconciled %s (%s): %s %s",
@@ -637,8 +644,7 @@ class Runner:
 
     def _run_step(self, d: _Drive, input_model: BaseModel) -> bool:
         """Run the current step's action and commit its outcome; True to run the next."""
-        assert d.state.step is not None
-        step = d.state.step
+        step = d.state.current_step()
         attempt = d.attempt
         sspec = d.spec.step(step)
         host = _Host(self, d)
@@ -716,9 +722,12 @@ class Runner:
         exc: BaseException,
         *,
         event: Ev = Ev.STEP_FAILED,
+        in_doubt: bool = False,
     ) -> None:
         def make(state: Projection) -> Decision:
-            return decide.failure(d.spec, state, step, attempt, cls, exc, d.failures, event=event)
+            return decide.failure(
+                d.spec, state, step, attempt, cls, exc, d.failures, event=event, in_doubt=in_doubt
+            )
 
         self._commit(d, make)
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from . import decide
 from .decide import Decision, KeepTask, Park, SignalWrites, Timer
-from .errors import Parked
+from .errors import InvalidState, Parked
 from .events import Ev, NewEvent
 from .fold import Projection, apply_all
 from .workflow import WorkflowSpec
@@ -129,10 +129,9 @@ def deliver(
     """
     key = state.waiting
     wait: Mapping[str, Any] | None = state.wait
-    assert key is not None
-    assert wait is not None
-    assert state.step is not None
-    step = state.step
+    if key is None or wait is None:
+        raise InvalidState("deliver: the instance is not waiting")
+    step = state.current_step()
     attempt = state.attempts.get(step, 0)
     events: list[NewEvent] = []
     settled: list[tuple[int, str]] = []

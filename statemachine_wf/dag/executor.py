@@ -128,8 +128,8 @@ class DagExecutor:
                 return  # deleted (a stopped test run): its tasks went with it
             seen = entry.commits
             view, graph = entry.view, entry.graph
-            assert view is not None
-            assert graph is not None
+            if view is None or graph is None:  # _read fills both
+                raise RuntimeError(f"DAG instance {instance_id}: no log view after reading it")
             run = view.run(node)
             terminal = snap.instance.status.terminal
             done = view.completion(node, run) is not None
@@ -260,7 +260,8 @@ class DagExecutor:
                 status=s.instance.status,
                 open_slots=s.open_slots,
             )
-            assert decision is not None  # not terminal, and the node's task is open
+            if decision is None:  # not terminal, and the node's task is open
+                raise RuntimeError(f"DAG instance {instance_id}: {node} completed, no decision")
             return replace(decision, events=(event, *decision.events))
 
         if not self._commit_loop(instance_id, decide, snap, seen):
@@ -434,7 +435,8 @@ class DagExecutor:
                     snap = self._read(entry, instance_id)
                     if snap is None:
                         return False
-                assert entry.view is not None
+                if entry.view is None:  # _read fills it
+                    raise RuntimeError(f"DAG instance {instance_id}: no log view after reading it")
                 decision = make(snap, entry.view)
                 if decision is None:
                     return False

@@ -255,7 +255,8 @@ async def _start(call: NodeCall) -> NodeResult:
 
 
 async def _end(call: NodeCall) -> NodeResult:
-    assert isinstance(call.config, EndConfig)
+    if not isinstance(call.config, EndConfig):
+        raise TypeError(f"{call.node.id}: expected EndConfig, got {call.config!r}")
     return NodeResult(resolve(call.config.outputs, call.ctx))
 
 
@@ -287,14 +288,16 @@ async def _invoke(call: NodeCall, reg: Registered, args: Any, timeout: float | N
 
 
 async def _python(call: NodeCall) -> NodeResult:
-    assert isinstance(call.config, PythonConfig)
+    if not isinstance(call.config, PythonConfig):
+        raise TypeError(f"{call.node.id}: expected PythonConfig, got {call.config!r}")
     reg = call.registry.get_function(call.config.function)
     args = resolve(call.config.args, call.ctx)
     return NodeResult(await _invoke(call, reg, args, call.config.timeout))
 
 
 async def _data_query(call: NodeCall) -> NodeResult:
-    assert isinstance(call.config, DataQueryConfig)
+    if not isinstance(call.config, DataQueryConfig):
+        raise TypeError(f"{call.node.id}: expected DataQueryConfig, got {call.config!r}")
     reg = call.registry.get_query(call.config.query)
     args = resolve(call.config.args, call.ctx)
     return NodeResult(await _invoke(call, reg, args, call.config.timeout))
@@ -307,7 +310,8 @@ class InternalError(Exception):
 
 
 async def _condition(call: NodeCall) -> NodeResult:
-    assert isinstance(call.config, ConditionConfig)
+    if not isinstance(call.config, ConditionConfig):
+        raise TypeError(f"{call.node.id}: expected ConditionConfig, got {call.config!r}")
     for branch in call.config.branches:
         try:
             value = evaluate(branch.parsed, branch.when, call.ctx)
@@ -327,7 +331,8 @@ async def _condition(call: NodeCall) -> NodeResult:
 
 
 async def _delay(call: NodeCall) -> NodeResult:
-    assert isinstance(call.config, DelayConfig)
+    if not isinstance(call.config, DelayConfig):
+        raise TypeError(f"{call.node.id}: expected DelayConfig, got {call.config!r}")
     raw = resolve(call.config.seconds, call.ctx)
     try:
         seconds = float(raw)
@@ -339,7 +344,8 @@ async def _delay(call: NodeCall) -> NodeResult:
 
 
 async def _loop(call: NodeCall) -> NodeResult:
-    assert isinstance(call.config, LoopConfig)
+    if not isinstance(call.config, LoopConfig):
+        raise TypeError(f"{call.node.id}: expected LoopConfig, got {call.config!r}")
     state = call.loop
     prev = state.previous if state is not None and not state.entry else None
     if prev is None:
@@ -364,7 +370,8 @@ def child_key(instance_id: str, node: str, run: int) -> str:
 
 async def _sub_workflow(call: NodeCall) -> NodeResult:
     """Start the child (once per node run), then: its progress, its failure, or park."""
-    assert isinstance(call.config, SubWorkflowConfig)
+    if not isinstance(call.config, SubWorkflowConfig):
+        raise TypeError(f"{call.node.id}: expected SubWorkflowConfig, got {call.config!r}")
     if call.store is None:
         raise Fail("sub_workflow nodes run only in a runner", code="no_store")
     cls = call.registry.get_workflow(call.config.workflow, call.workflows)

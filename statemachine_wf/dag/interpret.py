@@ -142,8 +142,8 @@ class LogView:
         result and schedules its successors in one commit). Only what a completion
         touches is copied.
         """
-        assert e.event_type == Ev.NODE_COMPLETED
-        assert e.node is not None
+        if e.event_type != Ev.NODE_COMPLETED or e.node is None:
+            raise ValueError(f"with_completion takes a NODE_COMPLETED of a node, not {e!r}")
         copy = replace(
             self,
             completions={**self.completions, e.node: list(self.completions.get(e.node, ()))},
@@ -296,7 +296,8 @@ def completed(
     if node not in open_slots:
         return None  # another runner scheduled this run already (its task is gone)
     comp = view.completion(node, run)
-    assert comp is not None, f"{node} run {run} has no NODE_COMPLETED"
+    if comp is None:
+        raise RuntimeError(f"{node} run {run} has no NODE_COMPLETED")
     events: list[NewEvent] = []
     tasks: list[NodeTask] = []
     for target in dict.fromkeys(graph.targets(node, comp.handle)):

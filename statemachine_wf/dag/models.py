@@ -231,7 +231,8 @@ def produced_handles(node: Node, config: BaseModel) -> set[str | None]:
         return set()
     out: set[str | None]
     if node.type == "condition":
-        assert isinstance(config, ConditionConfig)
+        if not isinstance(config, ConditionConfig):
+            raise TypeError(f"{node.id}: expected ConditionConfig, got {config!r}")
         out = {b.handle for b in config.branches}
         out.add(ELSE_HANDLE)
     elif node.type == "loop":

@@ -72,10 +72,9 @@ class LiveListener:
 
     def start(self) -> None:
         """Listen (if not already); return once LISTEN is in place."""
-        if self._thread is not None and self._thread.is_alive():
-            assert self._stopping is not None
-            if not self._stopping.is_set():
-                return
+        alive = self._thread is not None and self._thread.is_alive()
+        if alive and self._stopping is not None and not self._stopping.is_set():
+            return
         stopping, ready = threading.Event(), threading.Event()
         thread = threading.Thread(
             target=self._run, args=(stopping, ready), name="swf-live-listen", daemon=True

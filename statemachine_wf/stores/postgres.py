@@ -18,11 +18,12 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, assert_never
 
 from ..decide import Continue, Finish, KeepTask, Park, Reschedule
 from ..errors import (
     ConcurrencyConflict,
+    DataRejected,
     InvalidState,
     MigrationError,
     NotFound,
@@ -81,11 +82,16 @@ _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 @contextmanager
 def wrap_errors() -> Iterator[None]:
-    """Translate driver errors in one place: a duplicate is a lost race, the rest StoreError."""
+    """Translate driver errors in one place: a duplicate is a lost race, a value the
+    database cannot store is DataRejected (class 22 data exceptions, class 23 integrity
+    violations, text the driver cannot encode), the rest (connections, shutdowns,
+    serialization failures) StoreError: the database, retried."""
     try:
         yield
     except psycopg.errors.UniqueViolation as exc:
         raise ConcurrencyConflict("?", -1) from exc
+    except (psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeError) as exc:
+        raise DataRejected(f"postgres: {type(exc).__name__}: {exc}") from exc
     except psycopg.Error as exc:
         raise StoreError(f"postgres: {type(exc).__name__}: {exc}") from exc
 
@@ -254,8 +260,7 @@ class PostgresStore:
         }
         rows = self._all(Q["create_many"], params)
         for row, new in zip(rows, news, strict=True):
-            if row["clash"]:
-                assert new.idempotency_key is not None
+            if row["clash"] and new.idempotency_key is not None:  # a clash needs a key
                 raise key_clash(new.idempotency_key, str(row["id"]), row["existing_type"], new.type)
         out: list[tuple[str, bool]] = []
         for row, new in zip(rows, news, strict=True):
@@ -411,8 +416,8 @@ class PostgresStore:
                 Q["lease_task"],
                 {"task_id": task.id, "worker": worker, "lease": lease, "token": uuid.uuid4().hex},
             ).fetchone()
-        assert inst is not None
-        assert leased is not None
+            if inst is None or leased is None:  # rolled back: nothing claimed
+                raise StoreError(f"postgres: claim of {task.instance_id}: its rows are gone")
         return Claim(task_record(leased), instance_record(inst), started=False)
 
     def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
@@ -431,8 +436,8 @@ class PostgresStore:
                     "token": uuid.uuid4().hex,
                 },
             ).fetchone()
-        assert inst is not None
-        assert leased is not None
+            if inst is None or leased is None:  # rolled back: nothing claimed
+                raise StoreError(f"postgres: claim of {instance_id}: its rows are gone")
         return Claim(task_record(leased), instance_record(inst), started=False)
 
     def apply(self, commit: Commit) -> int:
@@ -463,15 +468,17 @@ class PostgresStore:
                 delay=op.delay,
                 failures=op.failures,
                 attempt=decision.state.attempts.get(op.node, 0),
+                in_doubt=op.in_doubt,
             )
         elif isinstance(op, Park):
             tail = "apply_park"
             params.update(node=op.node, failures=op.failures)
         elif isinstance(op, Finish):
             tail = "apply_finish"
-        else:
-            assert isinstance(op, KeepTask)
+        elif isinstance(op, KeepTask):
             tail = "apply_keep"
+        else:
+            assert_never(op)
         try:
             row = self._one(head + middle + "\n" + Q[tail], params)
         except ConcurrencyConflict:
@@ -485,7 +492,8 @@ class PostgresStore:
 
     def acquire_lock(self, key: str, instance_id: str) -> str:
         row = self._one(Q["lock_acquire"], {"key": key, "id": instance_id})
-        assert row is not None  # the insert or the existing row answers
+        if row is None:  # the upsert returns its row, always (see lock_acquire)
+            raise StoreError(f"postgres: lock {key!r}: the acquire returned no holder")
         holder = str(row["holder"])
         if holder == instance_id:
             with self._conn() as conn:
@@ -660,7 +668,8 @@ class PostgresStore:
                 size, limit = _sizes(cause.diag.message_primary or "")
                 raise PayloadTooLarge(f"signal {new.name!r} payload", size, limit) from None
             raise
-        assert row is not None
+        if row is None:
+            raise StoreError(f"postgres: signal {new.name!r}: the insert returned no id")
         return int(row["id"])
 
     def pending_signals(self, instance_id: str) -> list[SignalRecord]:
@@ -757,7 +766,8 @@ class PostgresStore:
                 row = self._one(Q["dag_save"], {"name": name, "definition": Jsonb(definition)})
             except ConcurrencyConflict:
                 continue  # a concurrent save took this version number
-            assert row is not None
+            if row is None:
+                raise StoreError(f"postgres: DAG {name!r}: the save returned no version")
             return int(row["version"])
         raise ConcurrencyConflict(name, -1)
 
@@ -773,7 +783,8 @@ class PostgresStore:
     def dag_delete(self, name: str, *, cascade: bool = False) -> int:
         with self._conn() as conn, conn.transaction():
             used = conn.execute(Q["dag_instances_of"], {"name": name}).fetchone()
-            assert used is not None
+            if used is None:
+                raise StoreError(f"postgres: DAG {name!r}: the count returned no row")
             if used["n"] and not cascade:
                 raise InvalidState(
                     f"definition {name!r} is used by {used['n']} instance(s); "

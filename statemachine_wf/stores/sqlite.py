@@ -17,13 +17,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from contextlib import contextmanager, suppress
+from typing import Any, assert_never
 
 from .. import decide
 from ..decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
 from ..errors import (
     ConcurrencyConflict,
+    DataRejected,
     InvalidState,
     MigrationError,
     NotFound,
@@ -70,11 +71,22 @@ log = logging.getLogger("statemachine_wf.sqlite")
 
 @contextmanager
 def wrap_errors() -> Iterator[None]:
-    """Translate driver errors in one place."""
+    """Translate driver errors in one place: a duplicate is a lost race, a value the
+    database cannot store DataRejected, the rest StoreError.
+
+    As the PostgreSQL store's: callers that know which row a unique index refused
+    translate the duplicate themselves first (with the instance and version).
+    """
     try:
         yield
+    except sqlite3.IntegrityError as exc:
+        if "UNIQUE constraint failed" in str(exc):
+            raise ConcurrencyConflict("?", -1) from exc
+        raise DataRejected(f"sqlite: {type(exc).__name__}: {exc}") from exc
+    except (sqlite3.DataError, OverflowError, UnicodeEncodeError) as exc:
+        raise DataRejected(f"sqlite: {type(exc).__name__}: {exc}") from exc
     except sqlite3.Error as exc:
-        raise StoreError(f"sqlite: {exc}") from exc
+        raise StoreError(f"sqlite: {type(exc).__name__}: {exc}") from exc
 
 
 def _quarantined(error: str | bytes | None) -> bool:
@@ -159,18 +171,23 @@ class SQLiteStore:
         # sleeps of up to 100 ms, which would dominate a step. Other processes still
         # meet the file lock and busy_timeout.
         appended = self._appended(conn)
-        with self._writer:
-            with wrap_errors():
-                conn.execute("BEGIN IMMEDIATE")
+        # wrap_errors covers the whole transaction, the writes inside it included: a
+        # driver error anywhere (busy beyond busy_timeout, disk full, I/O) is the
+        # database's, a StoreError, never the instance's fault.
+        with self._writer, wrap_errors():
+            conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
                 appended.clear()
-                with wrap_errors():
-                    conn.execute("ROLLBACK")
+                # SQLite may have rolled back already (some errors end the transaction);
+                # a failed COMMIT leaves it open. Either way the connection must leave
+                # here outside any transaction, and the original error is what matters.
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
-            with wrap_errors():
-                conn.execute("COMMIT")
         if appended:
             for instance_id, seq in appended.items():
                 self._live.publish(instance_id, seq)
@@ -430,13 +447,14 @@ class SQLiteStore:
                 conn, instance.id, instance.version, decision, worker, lease, now
             )
             conn.execute(Q["lease_task"], lease_params)
-            assert isinstance(decision.task, Continue)
-            task = _leased(task, worker, now + lease, decision.task.attempt, started=True)
+            attempt = decision.state.attempts[task.node]  # the attempt decide.start began
+            task = _leased(task, worker, now + lease, attempt, started=True)
             task = dataclasses.replace(task, lease_token=token)
             instance = instance_record(
                 conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
             )
-            assert instance.version == version
+            if instance.version != version:
+                raise StoreError(f"sqlite: claim of {instance.id}: version changed under it")
             return Claim(task, instance, started=True)
         conn.execute(
             Q["bump_version"], {"id": instance.id, "version": instance.version, "now": now}
@@ -539,6 +557,7 @@ class SQLiteStore:
                     "attempt": decision.state.attempts.get(op.node, 0),
                     "failures": op.failures,
                     "due_at": now + op.delay,
+                    "in_doubt": int(op.in_doubt),
                     "now": now,
                 },
             )
@@ -551,8 +570,8 @@ class SQLiteStore:
             parent = conn.execute(Q["finish_wake_parent"], {"id": instance_id, "now": now})
             # Wake a worker only for what this finish made due (lock waiters, a parent).
             woke = released > 0 or parent.rowcount > 0
-        else:
-            assert isinstance(op, KeepTask)
+        elif not isinstance(op, KeepTask):
+            assert_never(op)
         return version + 1, woke
 
     def _write_signals(

@@ -125,7 +125,8 @@ class Invariants:
         self.version = -1
 
     def check(self, stepper: Stepper) -> None:
-        assert stepper.instance_id is not None
+        if stepper.instance_id is None:
+            raise RuntimeError("the stepper has no instance yet: call start() first")
         events = stepper.store.events(stepper.instance_id)
         record = stepper.record
         keys = [_event_key(e) for e in events]
@@ -169,7 +170,8 @@ class Invariants:
             if e.node is not None and e.node not in steps:
                 raise InvariantViolation(f"{where} names an undeclared step")
             if e.event_type == Ev.STEP_STARTED:
-                assert e.node is not None
+                if e.node is None:
+                    raise InvariantViolation(f"{where} names no step")
                 if (e.attempt or 0) <= started.get(e.node, 0):
                     raise InvariantViolation(f"{where} reuses an attempt number")
                 started[e.node] = e.attempt or 0
@@ -180,7 +182,8 @@ class Invariants:
                     raise InvariantViolation(f"{where}: this attempt already has an outcome")
                 ended.add((e.node, e.attempt))
             if e.event_type == Ev.STEP_COMPLETED:
-                assert e.node is not None
+                if e.node is None:
+                    raise InvariantViolation(f"{where} names no step")
                 to = e.payload.get("to")
                 if to not in steps[e.node].targets:
                     allowed = sorted(steps[e.node].targets)
@@ -304,7 +307,8 @@ class WorkflowStateMachine(RuleBasedStateMachine):
         return self.config.outcomes.get(step, self.config.default_outcome)
 
     def _draw_from(self, data: st.DataObject) -> None:
-        assert self.stepper is not None
+        if self.stepper is None:
+            raise RuntimeError("self.stepper is not set yet")
         self.stepper.outcomes = lambda step, attempt: data.draw(
             self._strategy(step), label=f"outcome of {step} attempt {attempt}"
         )
@@ -335,7 +339,8 @@ class WorkflowStateMachine(RuleBasedStateMachine):
         """The next claim / begin / action + commit, with outcomes drawn for the action and
         the reconcile hook; with a drawn boundary, the process dies at that write boundary if the
         tick gets there (a step that never saves has no save boundary)."""
-        assert self.stepper is not None
+        if self.stepper is None:
+            raise RuntimeError("self.stepper is not set yet")
         at = data.draw(st.sampled_from(CRASH_CHOICES), label="crash at")
         if self.stepper.holding and at in ("before_claim", "after_claim"):
             # A runner that holds the instance does not claim it again.
@@ -348,7 +353,8 @@ class WorkflowStateMachine(RuleBasedStateMachine):
     def restart_runner(self, data: st.DataObject, backoff_over: bool) -> None:
         """Kill the runner between writes; a new one takes over through its start-up pass
         (``backoff_over``: after any back-off or stall of the instance has run out)."""
-        assert self.stepper is not None
+        if self.stepper is None:
+            raise RuntimeError("self.stepper is not set yet")
         self._draw_from(data)
         self.stepper.tick(restart=True, let_time_pass=backoff_over)
 
@@ -358,7 +364,8 @@ class WorkflowStateMachine(RuleBasedStateMachine):
         """Apply a committed decision (the last one, or an older one) a second time: it
         must be refused, and change nothing, by the version check or (at the current
         version) by the unique index."""
-        assert self.stepper is not None
+        if self.stepper is None:
+            raise RuntimeError("self.stepper is not set yet")
         commits = self.stepper.faulty.commits
         back = data.draw(st.integers(0, len(commits) - 1), label="decisions back")
         commit = commits[-1 - back]
@@ -368,7 +375,8 @@ class WorkflowStateMachine(RuleBasedStateMachine):
                 return  # only once-per-attempt events are guarded by the unique index
             version = self.stepper.record.version
         store = self.stepper.store
-        assert self.stepper.instance_id is not None
+        if self.stepper.instance_id is None:
+            raise RuntimeError("the stepper has no instance yet: call start() first")
         before = _snapshot(store, self.stepper.instance_id)
         refused = replay_refused(store, commit, version=version)
         after = _snapshot(store, self.stepper.instance_id)
@@ -400,9 +408,12 @@ class WorkflowStateMachine(RuleBasedStateMachine):
     def _finish(self) -> None:
         """Drive to the end, then compare with an uncrashed run of the same outcomes."""
         stepper = self.stepper
-        assert stepper is not None
-        assert self._checks is not None
-        assert self.input is not None
+        if stepper is None:
+            raise RuntimeError("stepper is not set yet")
+        if self._checks is None:
+            raise RuntimeError("self._checks is not set yet")
+        if self.input is None:
+            raise RuntimeError("self.input is not set yet")
         stepper.outcomes = stepper.reconcile_outcomes = lambda step, attempt: Proceed()
         crashed = stepper.run_to_end(max_ticks=self.config.max_ticks)
         self._checks.check(stepper)
@@ -476,7 +487,8 @@ def committed_outcomes(stepper: Stepper) -> dict[str, deque[Outcome]]:
     found its effect); one the hook failed counts as that failure; an attempt lost to a
     crash and run again contributes nothing.
     """
-    assert stepper.instance_id is not None
+    if stepper.instance_id is None:
+        raise RuntimeError("the stepper has no instance yet: call start() first")
     queues: dict[str, deque[Outcome]] = defaultdict(deque)
     for e in stepper.store.events(stepper.instance_id):
         if e.node is None or e.attempt is None:

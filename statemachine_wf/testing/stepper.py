@@ -302,7 +302,8 @@ class Stepper:
     # -- reading ----------------------------------------------------------------------
     @property
     def record(self) -> InstanceRecord:
-        assert self.instance_id is not None
+        if self.instance_id is None:
+            raise RuntimeError("no instance started yet: call start() first")
         return self.client.get(self.instance_id)
 
     @property
@@ -325,7 +326,8 @@ class Stepper:
         ``let_time_pass`` first makes whatever the instance waits for (a back-off, a stall,
         a snooze) run out.
         """
-        assert self.instance_id is not None
+        if self.instance_id is None:
+            raise RuntimeError("no instance started yet: call start() first")
         if restart:
             self._abandon()
         if let_time_pass and self._drive is None:
@@ -343,7 +345,8 @@ class Stepper:
         return result
 
     def _tick(self, result: TickResult, *, startup: bool) -> None:
-        assert self.instance_id is not None
+        if self.instance_id is None:
+            raise RuntimeError("no instance started yet: call start() first")
         runner = self._runner_now()
         if self._drive is None:
             claim = self._claim(runner, startup=startup)
@@ -367,15 +370,18 @@ class Stepper:
                 return
             self._drive = d
         d = self._drive
-        assert self._input is not None
-        assert d.state.step is not None
+        if self._input is None:
+            raise RuntimeError("self._input is not set yet")
+        if d.state.step is None:
+            raise RuntimeError("d.state.step is not set yet")
         result.kind, result.step, result.attempt = "step", d.state.step, d.attempt
         go_on = runner._run_step(d, self._input)
         if not go_on:
             self._drive = None
 
     def _claim(self, runner: Runner, *, startup: bool) -> Claim | None:
-        assert self.instance_id is not None
+        if self.instance_id is None:
+            raise RuntimeError("no instance started yet: call start() first")
         record = self.store.get(self.instance_id)
         if record is None or record.status.terminal:
             return None

@@ -134,12 +134,13 @@ SELECT version FROM inst;
 -- name: apply_reschedule
 , task AS (
     INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
-                          failures)
+                          failures, in_flight)
     SELECT inst.id, '', %(node)s, inst.kind, inst.type, inst.priority,
-           now() + %(delay)s * interval '1 second', %(attempt)s, %(failures)s
+           now() + %(delay)s * interval '1 second', %(attempt)s, %(failures)s, %(in_doubt)s
     FROM inst
     ON CONFLICT (instance_id, slot) DO UPDATE
-    SET node = excluded.node, due_at = excluded.due_at, in_flight = false,
+    -- in_flight stays set for a step still in doubt (decide.Reschedule.in_doubt)
+    SET node = excluded.node, due_at = excluded.due_at, in_flight = excluded.in_flight,
         failures = excluded.failures, lease_owner = NULL
 )
 SELECT version, pg_notify(%(channel)s, type) FROM inst;
@@ -404,18 +405,20 @@ SET status = %(status)s, step = %(step)s, step_attempts = %(step_attempts)s,
 WHERE id = %(id)s;
 
 -- name: lock_acquire
+-- Returns the holder, ours or another's. Not "ON CONFLICT DO NOTHING, then SELECT": under
+-- READ COMMITTED the statement's snapshot is taken before it runs, so when another
+-- instance's insert of the key commits while ours waits on it, DO NOTHING skips and the
+-- SELECT (same snapshot) sees no row at all. DO UPDATE instead waits for the other
+-- transaction and then locks and returns the latest committed row, visible to our
+-- snapshot or not (and inserts after all if that row went away): one row, always. The
+-- update changes nothing (same holder, same since); only the row lock is taken.
 WITH waiting AS (
     INSERT INTO wf_lock_waiters (key, instance_id) VALUES (%(key)s, %(id)s)
     ON CONFLICT DO NOTHING
-), ins AS (
-    INSERT INTO wf_locks (key, holder) VALUES (%(key)s, %(id)s)
-    ON CONFLICT (key) DO NOTHING
-    RETURNING holder
 )
-SELECT holder FROM ins
-UNION ALL
-SELECT holder FROM wf_locks WHERE key = %(key)s
-LIMIT 1;
+INSERT INTO wf_locks (key, holder) VALUES (%(key)s, %(id)s)
+ON CONFLICT (key) DO UPDATE SET holder = wf_locks.holder
+RETURNING holder;
 
 -- name: lock_unwait
 DELETE FROM wf_lock_waiters WHERE key = %(key)s AND instance_id = %(id)s;

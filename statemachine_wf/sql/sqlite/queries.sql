@@ -49,10 +49,11 @@ WHERE instance_id = :instance_id AND slot = '';
 -- name: task_reschedule
 INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt, in_flight,
                       failures, lease_owner, created_at)
-SELECT id, '', :node, kind, type, priority, :due_at, :attempt, 0, :failures, NULL, :now
+SELECT id, '', :node, kind, type, priority, :due_at, :attempt, :in_doubt, :failures, NULL, :now
 FROM wf_instances WHERE id = :instance_id
 ON CONFLICT (instance_id, slot) DO UPDATE
-SET node = excluded.node, due_at = excluded.due_at, in_flight = 0,
+-- in_flight stays set for a step still in doubt (decide.Reschedule.in_doubt)
+SET node = excluded.node, due_at = excluded.due_at, in_flight = excluded.in_flight,
     failures = excluded.failures, lease_owner = NULL;
 
 -- name: task_finish

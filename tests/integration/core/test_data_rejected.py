@@ -1,0 +1,105 @@
+"""A value the database cannot store fails that instance once; it never loops.
+
+PostgreSQL refuses a NUL in text (``\\u0000`` in jsonb); SQLite stores it. Either way
+the step runs once: on PostgreSQL the instance is quarantined with a dead letter that
+names the reason, on SQLite it completes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from pydantic import BaseModel
+
+from statemachine_wf import (
+    COMPLETED,
+    Client,
+    RetryPolicy,
+    Runner,
+    Snooze,
+    Status,
+    StepContext,
+    Store,
+    Workflow,
+    step,
+)
+from statemachine_wf.errors import DataRejected, StoreError
+from statemachine_wf.events import Ev
+
+
+class In(BaseModel):
+    pass
+
+
+class Pr(BaseModel):
+    note: str | None = None
+
+
+class Poison(Workflow[In, Pr]):
+    workflow_type = "t.data_rejected.v1"
+    runs: list[int]
+    guard: threading.Lock
+
+    @step(initial=True, to=COMPLETED)
+    def only(self, ctx: StepContext[In, Pr]) -> None:
+        with self.guard:
+            self.runs.append(ctx.attempt)
+        ctx.set(note="a\x00b")
+
+
+def test_a_value_the_database_refuses_never_loops(store: Store) -> None:
+    client = Client(store, [Poison])
+    i = client.start(Poison, In())
+    runs: list[int] = []
+    Runner(store, [Poison], dependencies={"runs": runs, "guard": threading.Lock()}).run_until_idle(
+        timeout=10
+    )
+    assert runs == [1]
+    record = client.get(i)
+    if store.dialect == "sqlite":
+        assert record.status == Status.COMPLETED
+        assert record.progress["note"] == "a\x00b"
+        return
+    assert record.status == Status.STALLED
+    assert record.error is not None
+    assert record.error["code"] == "quarantined"
+    assert [e.event_type for e in client.history(i)][-1] == Ev.QUARANTINED
+    (letter,) = [d for d in client.dead_letters() if d["instance_id"] == i]
+    assert "refused the instance's data" in letter["reason"]
+
+
+def test_data_rejected_is_a_store_error_apart_from_the_database_being_away(store: Store) -> None:
+    assert issubclass(DataRejected, StoreError)
+    if store.dialect != "postgres":
+        pytest.skip("PostgreSQL refuses NUL in text; SQLite stores it")
+    client = Client(store, [Poison])
+    i = client.start(Poison, In())
+    with pytest.raises(DataRejected):
+        store.quarantine(i, reason="bad\x00reason", worker="w")
+
+
+class Forever(Workflow[In, Pr]):
+    workflow_type = "t.data_rejected.forever.v1"
+    retry_policy = RetryPolicy(max_attempts=2, initial_delay=0.01, jitter=False)
+    runs: list[int]
+    guard: threading.Lock
+
+    @step(initial=True, to=COMPLETED)
+    def only(self, ctx: StepContext[In, Pr]) -> None:
+        with self.guard:
+            self.runs.append(ctx.attempt)
+        raise Snooze(1e300, "see you never")
+
+
+def test_an_unstorable_duration_fails_the_step_alike_on_both_stores(store: Store) -> None:
+    client = Client(store, [Forever])
+    i = client.start(Forever, In())
+    runs: list[int] = []
+    deps = {"runs": runs, "guard": threading.Lock()}
+    Runner(store, [Forever], dependencies=deps).run_until_idle(timeout=10)
+    assert runs == [1, 2]  # a failure each (ValueError), then the policy stalls it
+    record = client.get(i)
+    assert record.status == Status.STALLED
+    assert record.error is not None
+    assert "seconds must be a finite number" in record.error["message"]
