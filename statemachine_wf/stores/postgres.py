@@ -165,12 +165,12 @@ class _Health:
         self._lock = threading.Lock()
         self.down_since: float | None = None
 
-    def lost(self, exc: BaseException) -> None:
+    def lost(self, reason: object) -> None:
         with self._lock:
             if self.down_since is not None:
                 return
             self.down_since = time.monotonic()
-        log.warning("database %s unavailable (%s); retrying until it is back", self.where, exc)
+        log.warning("database %s unavailable (%s); retrying until it is back", self.where, reason)
 
     def ok(self) -> None:
         if self.down_since is None:  # the common case: no lock
@@ -316,9 +316,10 @@ class PostgresStore:
                 ):
                     return conn
                 ConnectionPool.check_connection(conn)
-            except psycopg.Error:
+            except psycopg.Error as exc:
                 conn.close()  # nothing was sent on it: take the next one
                 self._pool.putconn(conn)
+                self._lost(f"the server closed a connection: {_first_line(exc)}")
                 continue
             except BaseException:
                 self._pool.putconn(conn)
@@ -326,6 +327,12 @@ class PostgresStore:
             self._verified[conn] = self._losses
             return conn
         return self._pool.getconn()  # every one was dead: wait for a fresh connection
+
+    def _lost(self, reason: object) -> None:
+        """The database went away (a dead connection, a failed call): say it once, and
+        have every pooled connection checked again before its next use."""
+        self._losses += 1
+        self._health.lost(reason)
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
@@ -342,9 +349,7 @@ class PostgresStore:
                 finally:
                     self._pool.putconn(conn)
         except StoreUnavailable as exc:
-            if exc.lost:
-                self._losses += 1
-            self._health.lost(exc)
+            self._lost(exc)
             raise
         finally:
             _in_store.depth -= 1
