@@ -662,7 +662,10 @@ class Runner:
         action = getattr(obj, sspec.method)
         try:
             result = self._call(action, ctx, sspec)
-        except LeaseLost:
+        except (LeaseLost, StoreUnavailable):
+            # The database went away under ctx.save (or another store call of the step):
+            # not the step's failure. The claim is handed back and the step, in doubt,
+            # is reconciled or run again once the database is back.
             raise
         except Parked as exc:
             # A durable wait: the step is parked with its token and timer in one commit.
