@@ -172,13 +172,16 @@ class _Health:
             self.down_since = time.monotonic()
         log.warning("database %s unavailable (%s); retrying until it is back", self.where, reason)
 
-    def ok(self) -> None:
+    def ok(self) -> bool:
+        """A call succeeded; True if that ends an outage."""
         if self.down_since is None:  # the common case: no lock
-            return
+            return False
         with self._lock:
             since, self.down_since = self.down_since, None
-        if since is not None:
-            log.warning("database %s is back after %.1f s", self.where, time.monotonic() - since)
+        if since is None:
+            return False
+        log.warning("database %s is back after %.1f s", self.where, time.monotonic() - since)
+        return True
 
 
 def _encode(value: Any) -> Any:
@@ -250,6 +253,7 @@ class PostgresStore:
         # Connections known good since the last lost one: `_losses` counts losses, and a
         # pooled connection checked before the latest one is checked again at checkout.
         self._losses = 0
+        self._back_at = 0  # `_losses` when the database was last back (or first opened)
         self._verified: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
             weakref.WeakKeyDictionary()
         )
@@ -319,7 +323,9 @@ class PostgresStore:
             except psycopg.Error as exc:
                 conn.close()  # nothing was sent on it: take the next one
                 self._pool.putconn(conn)
-                self._lost(f"the server closed a connection: {_first_line(exc)}")
+                if self._verified.get(conn, -1) >= self._back_at:
+                    self._lost(f"the server closed a connection: {_first_line(exc)}")
+                # else a leftover of the outage already reported: it says nothing new
                 continue
             except BaseException:
                 self._pool.putconn(conn)
@@ -353,7 +359,8 @@ class PostgresStore:
             raise
         finally:
             _in_store.depth -= 1
-        self._health.ok()
+        if self._health.ok():
+            self._back_at = self._losses
 
     def _one(self, query: str, params: dict[str, Any]) -> dict[str, Any] | None:
         with self._conn() as conn:
