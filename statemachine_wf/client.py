@@ -511,15 +511,28 @@ class Client:
             except ConcurrencyConflict:
                 continue
             except StoreUnavailable as exc:
-                # The version decides: if it has not moved, the lost commit did not happen
-                # and the decision is made again on a fresh connection (the CAS makes a
-                # second apply of a stale decision impossible). If it moved, the lost
-                # commit may have been ours: say so rather than guess.
-                if not exc.lost or self.get(instance_id).version != record.version:
+                # The version decides. Not moved: the lost commit did not happen, and the
+                # decision is made again on a fresh connection (the CAS makes a second
+                # apply of a stale decision impossible). Moved, and the log ends with
+                # this decision's events: it committed (or an identical decision won the
+                # CAS, the same outcome). Otherwise say so rather than guess.
+                if not exc.lost:
                     raise
-                continue
+                now = self.get(instance_id)
+                if now.version == record.version:
+                    continue
+                if self._ends_with(instance_id, decision):
+                    return now
+                raise
             return self.get(instance_id)
         raise ConcurrencyConflict(instance_id, -1)
+
+    def _ends_with(self, instance_id: str, decision: Decision) -> bool:
+        """Does the instance's log end with ``decision``'s events?"""
+        events = once_more(lambda: self.store.events(instance_id))  # a read
+        tail = events[-len(decision.events) :]
+        mine = [(str(e.event_type), e.node, e.attempt, e.payload) for e in decision.events]
+        return [(e.event_type, e.node, e.attempt, e.payload) for e in tail] == mine
 
     def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
         """Its events as they commit, until it ends: :func:`statemachine_wf.live.watch`."""

@@ -125,7 +125,7 @@ class StoreError(WorkflowError):
 
 
 class StoreUnavailable(StoreError):
-    """The database could not be reached; nothing is known to have been written.
+    """The database could not be reached.
 
     Attributes:
         lost: True when a connection was lost under the call (a restart, a crash, the
