@@ -142,7 +142,7 @@ class _QuietPool(logging.Filter):
 
 
 _POOL_PREFIX = "swf-"
-_in_store = threading.local()  # >0 while this thread gets or returns a pooled connection
+_in_store = threading.local()  # >0 while this thread gets, returns or checks our connections
 _quiet = _QuietPool()
 logging.getLogger("psycopg.pool").addFilter(_quiet)  # a set: adding it twice is a no-op
 
@@ -298,8 +298,13 @@ class PostgresStore:
 
     def _regrow(self, pool: ConnectionPool[Any]) -> None:
         """A connection attempt gave up: make the next one now (see ``__init__``)."""
-        if not self._closed.is_set():
+        if self._closed.is_set():
+            return
+        _in_store.depth = getattr(_in_store, "depth", 0) + 1  # its warnings are ours
+        try:
             pool.check()
+        finally:
+            _in_store.depth -= 1
 
     def _checkout(self) -> psycopg.Connection[Any]:
         """A pooled connection that is not known to be dead.

@@ -11,7 +11,9 @@ Each test owns a throwaway PostgreSQL cluster (``throwaway_pg``; never the share
   meanwhile, with one WARNING line for the outage and one for the return.
 
 Timings are printed (run with ``-s``), never asserted: ``SWF_TEST_DB_OUTAGE`` sets the
-outage of the runner test (seconds, default 3) for measuring by hand.
+outage of the runner test (seconds, default 3) for measuring by hand, and
+``SWF_TEST_DB_OUTAGE_KIND=crash`` makes it a SIGKILL of the postmaster (default: a clean
+``pg_ctl -m fast`` stop).
 """
 
 from __future__ import annotations
@@ -147,7 +149,10 @@ def test_a_runner_resumes_after_an_outage_and_completes_waiting_work(
             poll_until(lambda: count_completed(store, now) == len(now), timeout=60, what="warm-up")
             # Due while the database is away: nothing can run them until it is back.
             later = [client.start(Ledgered, {"n": i}, delay=outage / 2) for i in range(6)]
-            throwaway_pg.stop("fast")
+            if os.environ.get("SWF_TEST_DB_OUTAGE_KIND") == "crash":
+                throwaway_pg.kill()  # SIGKILL of the postmaster
+            else:
+                throwaway_pg.stop("fast")
             time.sleep(outage)  # the outage itself, not an assertion
             throwaway_pg.start()
             back = time.time()
