@@ -158,28 +158,36 @@ def _readable(fd: int) -> bool:
 
 
 class _Health:
-    """One WARNING when the database goes away and one when it is back, per store."""
+    """One WARNING when the database goes away and one when it is back, per store.
+
+    Back means a call succeeded on a connection opened after the outage began: after a
+    crash of the postmaster its old backends die one by one, and a call that one of them
+    still answers says nothing about the database.
+    """
 
     def __init__(self, where: str) -> None:
         self.where = where
         self._lock = threading.Lock()
         self.down_since: float | None = None
+        self.down_epoch = 0
 
-    def lost(self, reason: object) -> None:
+    def lost(self, reason: object, epoch: int) -> None:
         with self._lock:
             if self.down_since is not None:
                 return
             self.down_since = time.monotonic()
+            self.down_epoch = epoch
         log.warning("database %s unavailable (%s); retrying until it is back", self.where, reason)
 
-    def ok(self) -> bool:
-        """A call succeeded; True if that ends an outage."""
+    def ok(self, born: int) -> bool:
+        """A call succeeded on a connection opened at epoch ``born``; True if it is back."""
         if self.down_since is None:  # the common case: no lock
             return False
         with self._lock:
-            since, self.down_since = self.down_since, None
-        if since is None:
-            return False
+            since = self.down_since
+            if since is None or born < self.down_epoch:
+                return False
+            self.down_since = None
         log.warning("database %s is back after %.1f s", self.where, time.monotonic() - since)
         return True
 
@@ -253,8 +261,12 @@ class PostgresStore:
         # Connections known good since the last lost one: `_losses` counts losses, and a
         # pooled connection checked before the latest one is checked again at checkout.
         self._losses = 0
-        self._back_at = 0  # `_losses` when the database was last back (or first opened)
+        self._back_at = 0  # `_losses` when the database was last back (or first opened):
+        # a connection born before then that is found dead is a leftover of that outage
         self._verified: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._born: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
             weakref.WeakKeyDictionary()
         )
         self._closed = threading.Event()
@@ -294,7 +306,7 @@ class PostgresStore:
 
     # -- plumbing ---------------------------------------------------------------------
     def _configured(self, conn: psycopg.Connection[Any]) -> None:
-        self._verified[conn] = self._losses  # fresh: good until the next loss
+        self._verified[conn] = self._born[conn] = self._losses  # fresh: good until a loss
 
     def _regrow(self, pool: ConnectionPool[Any]) -> None:
         """A connection attempt gave up: make the next one now (see ``__init__``)."""
@@ -328,9 +340,9 @@ class PostgresStore:
             except psycopg.Error as exc:
                 conn.close()  # nothing was sent on it: take the next one
                 self._pool.putconn(conn)
-                if self._verified.get(conn, -1) >= self._back_at:
+                if self._born.get(conn, -1) >= self._back_at:
                     self._lost(f"the server closed a connection: {_first_line(exc)}")
-                # else a leftover of the outage already reported: it says nothing new
+                # else a leftover of an outage already reported: it says nothing new
                 continue
             except BaseException:
                 self._pool.putconn(conn)
@@ -343,7 +355,7 @@ class PostgresStore:
         """The database went away (a dead connection, a failed call): say it once, and
         have every pooled connection checked again before its next use."""
         self._losses += 1
-        self._health.lost(reason)
+        self._health.lost(reason, self._losses)
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
@@ -351,9 +363,11 @@ class PostgresStore:
             self._migrated = True
             self.migrate()
         _in_store.depth = getattr(_in_store, "depth", 0) + 1
+        born = -1
         try:
             with wrap_errors():
                 conn = self._checkout()
+                born = self._born.get(conn, -1)
                 try:
                     with conn:
                         yield conn
@@ -364,7 +378,7 @@ class PostgresStore:
             raise
         finally:
             _in_store.depth -= 1
-        if self._health.ok():
+        if self._health.ok(born):
             self._back_at = self._losses
 
     def _one(self, query: str, params: dict[str, Any]) -> dict[str, Any] | None:

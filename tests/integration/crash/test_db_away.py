@@ -149,6 +149,7 @@ def test_a_runner_resumes_after_an_outage_and_completes_waiting_work(
             poll_until(lambda: count_completed(store, now) == len(now), timeout=60, what="warm-up")
             # Due while the database is away: nothing can run them until it is back.
             later = [client.start(Ledgered, {"n": i}, delay=outage / 2) for i in range(6)]
+            stopped = time.time()
             if os.environ.get("SWF_TEST_DB_OUTAGE_KIND") == "crash":
                 throwaway_pg.kill()  # SIGKILL of the postmaster
             else:
@@ -169,8 +170,9 @@ def test_a_runner_resumes_after_an_outage_and_completes_waiting_work(
                 sql,
                 "SELECT extract(epoch FROM min(created_at)) FROM wf_events"
                 " WHERE created_at > to_timestamp(%s) AND worker IS NOT NULL",
-                back,
+                stopped,
             )
+        # Negative: the runner was at work before `pg_ctl start -w` returned.
         print(
             f"\noutage {outage:.1f} s: the runner's first event "
             f"{float(first) - back:.2f} s after the database was back "
