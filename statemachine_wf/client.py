@@ -14,19 +14,54 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from . import decide, inbox, live
 from .decide import Decision
-from .errors import ConcurrencyConflict, InputError, InvalidState, NotFound, UnknownWorkflowType
+from .errors import (
+    ConcurrencyConflict,
+    InputError,
+    InvalidState,
+    NotFound,
+    StoreUnavailable,
+    UnknownWorkflowType,
+)
 from .events import EventRecord, Status
 from .fold import Projection, fold
 from .limits import check_payload
 from .store import Commit, InstanceRecord, NewInstance, Store
 from .waits import NewSignal
 from .workflow import SIGNAL_PATTERN, Workflow, WorkflowSpec
+
+T = TypeVar("T")
+
+
+def once_more(call: Callable[[], T]) -> T:
+    """``call()``, and once more if the database connection was lost under it.
+
+    After a database restart the first call on a connection opened before it can fail
+    (the store discards the dead connections it can see at checkout, but not one that
+    dies under a statement). Only callers for which a second run is safe use this: a
+    read, or a write whose repetition is a no-op (each caller says why). No retry when
+    the store could not get a connection within its ``pool_timeout``: it waited already.
+    """
+    try:
+        return call()
+    except StoreUnavailable as exc:
+        if not exc.lost:
+            raise
+    return call()
+
+
+def invalid_input(where: str, model: type[BaseModel], exc: ValidationError) -> InputError:
+    """The :class:`InputError` for ``exc``: each failing field and its problem, no values
+    (an input may hold secrets); pydantic's error is the ``__cause__`` (raise ``from``)."""
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(input)'}: {e['msg']}" for e in exc.errors()
+    )
+    return InputError(f"{where} does not fit {model.__name__}: {problems}")
 
 
 def wait_for_status(
@@ -83,13 +118,13 @@ def _new_instance(
 
 def _check_schedule(priority: int, delay: float, run_at: datetime | None) -> None:
     if priority < 0:
-        raise ValueError(f"priority must be >= 0, got {priority}")
+        raise InputError(f"priority must be >= 0, got {priority}")
     if delay < 0:
-        raise ValueError(f"delay must be >= 0, got {delay}")
+        raise InputError(f"delay must be >= 0, got {delay}")
     if run_at is not None and delay:
-        raise ValueError("give delay or run_at, not both")
+        raise InputError("give delay or run_at, not both")
     if run_at is not None and run_at.tzinfo is None:
-        raise ValueError(f"run_at must be timezone-aware, got {run_at.isoformat()}")
+        raise InputError(f"run_at must be timezone-aware, got {run_at.isoformat()}")
 
 
 class Client:
@@ -125,26 +160,29 @@ class Client:
         datetime; past means now): when it may start.
 
         Raises:
-            pydantic.ValidationError: the input does not fit the model (names the field).
+            InputError: the input does not fit the model (names each field and its problem;
+                pydantic's ``ValidationError`` is the ``__cause__``), a bad schedule, or
+                the idempotency key belongs to an instance of another type.
             PayloadTooLarge: the input is over the payload limit (states the limit).
             UnknownWorkflowType: a type name that is not registered with this client.
-            InputError: the idempotency key belongs to an instance of another type.
+            StoreUnavailable: the database could not be reached (a lost connection is
+                tried once more first).
         """
         cls = self._class(workflow)
         spec = cls.spec()
         model = spec.input_model
-        data = input if isinstance(input, model) else model.model_validate(input)
+        try:
+            data = input if isinstance(input, model) else model.model_validate(input)
+        except ValidationError as exc:
+            raise invalid_input("input", model, exc) from exc
         _check_schedule(priority, delay, run_at)
         payload = data.model_dump(mode="json")
         check_payload("input", payload)
-        new_id, created = self.store.create(
-            _new_instance(spec, payload, idempotency_key, priority, delay, run_at, instance_id)
-        )
+        new = _new_instance(spec, payload, idempotency_key, priority, delay, run_at, instance_id)
+        new_id, created = self._create(new)
         if not created:
             existing = self.get(new_id)
             if existing.type != spec.workflow_type:
-                from .errors import InputError
-
                 raise InputError(
                     f"idempotency key {idempotency_key!r} already started a "
                     f"{existing.type} ({new_id}), not a {spec.workflow_type}"
@@ -196,13 +234,60 @@ class Client:
             try:
                 data = item if isinstance(item, model) else model.model_validate(item)
             except ValidationError as exc:
-                raise InputError(f"inputs[{i}] does not fit {model.__name__}: {exc}") from exc
+                raise invalid_input(f"inputs[{i}]", model, exc) from exc
             if key is not None and (not isinstance(key, str) or not key):
                 raise InputError(f"idempotency_keys[{i}] must be a non-empty string or None")
             payload = data.model_dump(mode="json")
             check_payload(f"inputs[{i}]", payload)
             news.append(_new_instance(spec, payload, key, priority, delay, run_at))
-        return [new_id for new_id, _ in self.store.create_many(news)] if news else []
+        return [new_id for new_id, _ in self._create_many(news)] if news else []
+
+    def _create(self, new: NewInstance) -> tuple[str, bool]:
+        """``store.create``, once more if the connection was lost under it.
+
+        Safe to repeat: with an idempotency key the second insert finds the first
+        instance and inserts nothing; without one the id is this call's own (a fresh
+        uuid, or the caller's ``instance_id``), so if it exists now, with this type and
+        input, it is the lost statement that committed.
+        """
+        try:
+            return self.store.create(new)
+        except StoreUnavailable as exc:
+            if not exc.lost:
+                raise
+        if new.idempotency_key is None and self._committed(new):
+            return new.id, True
+        try:
+            return self.store.create(new)
+        except ConcurrencyConflict:
+            # The lost statement was still in flight and committed under our retry.
+            if new.idempotency_key is None and self._committed(new):
+                return new.id, True
+            raise
+
+    def _committed(self, new: NewInstance) -> bool:
+        found = once_more(lambda: self.store.get(new.id))
+        return found is not None and found.type == new.type and found.input == new.input
+
+    def _create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
+        """``store.create_many``, once more if the connection was lost under it.
+
+        The batch commits whole or not at all. Safe to repeat: if its first key-less
+        instance (an id of this call's own) exists, the lost batch committed, and running
+        the keyed ones again only looks their keys up; otherwise nothing was written and
+        the batch runs again (a key then finds its instance as on any call).
+        """
+        try:
+            return self.store.create_many(news)
+        except StoreUnavailable as exc:
+            if not exc.lost:
+                raise
+        unkeyed = [n for n in news if n.idempotency_key is None]
+        if unkeyed and self._committed(unkeyed[0]):
+            keyed = [n for n in news if n.idempotency_key is not None]
+            resolved = iter(self.store.create_many(keyed) if keyed else [])
+            return [(n.id, True) if n.idempotency_key is None else next(resolved) for n in news]
+        return self.store.create_many(news)
 
     def _class(self, workflow: type[Workflow[Any, Any]] | str) -> type[Workflow[Any, Any]]:
         if isinstance(workflow, str):
@@ -215,7 +300,7 @@ class Client:
     # -- reading ----------------------------------------------------------------------
     def get(self, instance_id: str, *, include_deleted: bool = False) -> InstanceRecord:
         """The instance row. Raises :class:`NotFound` (also for a soft-deleted one)."""
-        record = self.store.get(instance_id)
+        record = once_more(lambda: self.store.get(instance_id))  # a read
         if record is None:
             raise NotFound(f"no workflow instance {instance_id!r}")
         if record.deleted_at is not None and not include_deleted:
@@ -229,7 +314,7 @@ class Client:
         """The instance's full event log, in order: its audit trail (see
         docs/architecture.md for how lifecycle events map onto it)."""
         self.get(instance_id, include_deleted=include_deleted)
-        return self.store.events(instance_id)
+        return once_more(lambda: self.store.events(instance_id))  # a read
 
     def wait(
         self, instance_id: str, *, timeout: float = 30.0, statuses: Sequence[Status] | None = None
@@ -251,7 +336,8 @@ class Client:
     def rebuild(self, instance_id: str) -> Projection:
         """Recompute the instance row (state machine or DAG) from its log and store it."""
         projection = self._fold(self.get(instance_id))
-        self.store.rebuild(instance_id, projection)
+        # Repeatable: it stores the fold of the log, the same value again.
+        once_more(lambda: self.store.rebuild(instance_id, projection))
         return projection
 
     # -- signals ----------------------------------------------------------------------
@@ -313,10 +399,10 @@ class Client:
         """
         if instance_id is not None:
             self.get(instance_id)
-        return self.store.signal_counts(instance_id=instance_id)
+        return once_more(lambda: self.store.signal_counts(instance_id=instance_id))  # a read
 
     def _fold(self, record: InstanceRecord) -> Projection:
-        events = self.store.events(record.id)
+        events = once_more(lambda: self.store.events(record.id))  # a read
         if record.kind == "dag":
             from .dag.interpret import project  # the DAG package imports this module
 
@@ -369,11 +455,11 @@ class Client:
     def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]:
         """The newest dead letters first: id, instance_id, envelope, reason, worker,
         created_at, and redriven_at/redriven_by/redrive_instance_id once redriven."""
-        return self.store.dead_letters(limit=limit)
+        return once_more(lambda: self.store.dead_letters(limit=limit))  # a read
 
     def dead_letter(self, letter_id: int) -> dict[str, Any]:
         """One dead letter. Raises :class:`NotFound`."""
-        letter = self.store.dead_letter_get(letter_id)
+        letter = once_more(lambda: self.store.dead_letter_get(letter_id))  # a read
         if letter is None:
             raise NotFound(f"no dead letter {letter_id}")
         return letter
@@ -395,7 +481,8 @@ class Client:
             return
         if not record.status.terminal:
             raise InvalidState(f"instance {instance_id} is {record.status}; cancel it first")
-        self.store.soft_delete(instance_id)
+        # Repeatable: it only sets deleted_at where it is not set yet.
+        once_more(lambda: self.store.soft_delete(instance_id))
 
     def purge(self, *, older_than: float, batch_size: int = 1000, soft: bool = False) -> int:
         """Delete finished (COMPLETED, FAILED, CANCELLED) instances, with their events and
@@ -419,7 +506,7 @@ class Client:
             record = self.get(instance_id)
             if record.kind == "dag":
                 raise InvalidState(f"instance {instance_id} is a DAG instance: not supported")
-            task = self.store.task(instance_id)
+            task = once_more(lambda: self.store.task(instance_id))  # a read
             leased = task is not None and task.leased
             state = record.projection(in_flight=task is not None and task.in_flight)
             decision = make(record, state, leased)
@@ -429,8 +516,29 @@ class Client:
                 self.store.apply(Commit(instance_id, record.version, decision, worker=None))
             except ConcurrencyConflict:
                 continue
+            except StoreUnavailable as exc:
+                # The version decides. Not moved: the lost commit did not happen, and the
+                # decision is made again on a fresh connection (the CAS makes a second
+                # apply of a stale decision impossible). Moved, and the log ends with
+                # this decision's events: it committed (or an identical decision won the
+                # CAS, the same outcome). Otherwise say so rather than guess.
+                if not exc.lost:
+                    raise
+                now = self.get(instance_id)
+                if now.version == record.version:
+                    continue
+                if self._ends_with(instance_id, decision):
+                    return now
+                raise
             return self.get(instance_id)
         raise ConcurrencyConflict(instance_id, -1)
+
+    def _ends_with(self, instance_id: str, decision: Decision) -> bool:
+        """Does the instance's log end with ``decision``'s events?"""
+        events = once_more(lambda: self.store.events(instance_id))  # a read
+        tail = events[-len(decision.events) :]
+        mine = [(str(e.event_type), e.node, e.attempt, e.payload) for e in decision.events]
+        return [(e.event_type, e.node, e.attempt, e.payload) for e in tail] == mine
 
     def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
         """Its events as they commit, until it ends: :func:`statemachine_wf.live.watch`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 DEFAULT_URL = "sqlite:///statemachine_wf.db"
 DEFAULT_SCHEMA = "public"
@@ -36,6 +37,14 @@ class Config:
             instances with. Env: ``SWF_DAG_REGISTRY``.
         max_payload_bytes: the input and signal payload limit (None: 256 KiB, or for the
             SQL producer paths the value stored by ``migrate``). Env: ``SWF_MAX_PAYLOAD_BYTES``.
+        pool_size: most PostgreSQL connections the store's pool opens. Env:
+            ``SWF_PG_POOL_SIZE``.
+        pool_timeout: seconds a PostgreSQL call waits for a connection before it raises
+            ``StoreUnavailable`` (runners then try again, for as long as it takes). Env:
+            ``SWF_PG_POOL_TIMEOUT``.
+        reconnect_interval: seconds between connection attempts while PostgreSQL is away
+            (no back-off): work resumes about this long after it is back. Env:
+            ``SWF_PG_RECONNECT_INTERVAL``.
     """
 
     database_url: str = DEFAULT_URL
@@ -48,12 +57,23 @@ class Config:
     deps: str | None = None
     dag_registry: str | None = None
     max_payload_bytes: int | None = None
+    pool_size: int = 16
+    pool_timeout: float = 30.0
+    reconnect_interval: float = 0.5
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.lease <= 0:
             raise ValueError(f"lease must be > 0 seconds, got {self.lease}")
+        if self.pool_size < 1:
+            raise ValueError(f"pool_size must be >= 1, got {self.pool_size}")
+        if not self.pool_timeout > 0:
+            raise ValueError(f"pool_timeout must be > 0 seconds, got {self.pool_timeout}")
+        if not self.reconnect_interval > 0:
+            raise ValueError(
+                f"reconnect_interval must be > 0 seconds, got {self.reconnect_interval}"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -75,6 +95,9 @@ class Config:
                 deps=env.get("SWF_DEPS") or None,
                 dag_registry=env.get("SWF_DAG_REGISTRY") or None,
                 max_payload_bytes=cls.payload_limit_from_env(env),
+                pool_size=int(env.get("SWF_PG_POOL_SIZE", "16")),
+                pool_timeout=float(env.get("SWF_PG_POOL_TIMEOUT", "30")),
+                reconnect_interval=float(env.get("SWF_PG_RECONNECT_INTERVAL", "0.5")),
             )
         except ValueError as exc:
             raise ValueError(f"bad SWF_* setting: {exc}") from exc
@@ -100,5 +123,13 @@ class Config:
             raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be from 1 to 10**18 - 1, got {limit}")
         return limit
 
-    def store_options(self) -> dict[str, str]:
-        return {"schema": self.schema} if self.database_url.startswith("postgres") else {}
+    def store_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``open_store(self.database_url, ...)``."""
+        if not self.database_url.startswith("postgres"):
+            return {}
+        return {
+            "schema": self.schema,
+            "pool_size": self.pool_size,
+            "pool_timeout": self.pool_timeout,
+            "reconnect_interval": self.reconnect_interval,
+        }

@@ -14,7 +14,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from .context import Reconciliation
-from .errors import Fail, InputError, ProgressConflict, Retry, Stall, StepFailure, Waiting
+from .errors import (
+    Fail,
+    InputError,
+    ProgressConflict,
+    Retry,
+    Stall,
+    StepFailure,
+    UndeclaredTransition,
+    Waiting,
+)
 from .events import Ev, NewEvent
 from .fold import Projection, apply_all
 from .progress import merge_progress
@@ -185,10 +194,7 @@ def success(
             step,
             attempt,
             Fail,
-            Fail(
-                f"step {step!r} returned {result!r}; it declares only {allowed}",
-                code="undeclared_transition",
-            ),
+            UndeclaredTransition(step, result, allowed),
             failures=0,
         )
     delta: dict[str, Any] = {}
@@ -330,7 +336,7 @@ def reconciled(
             step,
             attempt,
             Fail,
-            Fail(f"reconcile chose unknown step {rec.to!r}", code="undeclared_transition"),
+            UndeclaredTransition(step, rec.to, list(spec.steps), by="reconcile"),
             0,
         )
     try:

@@ -4,24 +4,26 @@ The tree::
 
     WorkflowError
     ├── DefinitionError            a workflow class or DAG is malformed (import time)
-    ├── InputError                 bad input to start/signal; nothing was written
+    ├── InputError                 bad input to start/signal; nothing was written (also a
+    │   │                          ValueError; pydantic's ValidationError is its __cause__)
     │   ├── UnknownWorkflowType
     │   └── PayloadTooLarge
     ├── ProgressConflict           a set-once progress field was set again with another value
-    ├── UndeclaredTransition       an action returned a target its step does not declare
     ├── NotFound                   no instance with that id
     ├── InvalidState               the operation does not apply in the instance's status
     ├── ConcurrencyConflict        a CAS lost: somebody else decided first
     ├── LeaseLost                  this runner no longer holds the task it is working on
     ├── StoreError                 the database failed (driver error wrapped)
     │   ├── DataRejected           the database refused this data; retrying cannot help
+    │   ├── StoreUnavailable       the database could not be reached (lost, restarting, down)
     │   └── MigrationError
     ├── MissingDependencies        a runner was not given what its workflows declare
     └── StepFailure                raised *by actions* to classify a failure explicitly
         ├── Retry                  retry with backoff (the retry policy decides when to give up)
         ├── Stall                  wait for an external condition, auto-retry later
         ├── Fail                   terminal: FAILED, manual intervention needed
-        │   └── WaitTimeout        ctx.wait_for's timeout passed before the signal came
+        │   ├── WaitTimeout        ctx.wait_for's timeout passed before the signal came
+        │   └── UndeclaredTransition  an action returned a target its step does not declare
         └── Waiting                not a failure: parked until a lock frees (ctx.hold)
             ├── Snooze             not a failure: run this step again in N seconds
             └── Parked             not a failure: ctx.wait_for / ctx.sleep parked the step
@@ -76,8 +78,14 @@ class DefinitionError(WorkflowError):
         super().__init__(f"{name} has {len(self.problems)} problem(s):\n{lines}")
 
 
-class InputError(WorkflowError):
-    """The input is invalid; nothing was written."""
+class InputError(WorkflowError, ValueError):
+    """The input is invalid; nothing was written.
+
+    Every producer path raises it for bad input (the input model's validation, the
+    schedule, the keys, the payload limit), naming the field and the problem; when the
+    input model refused the input, pydantic's ``ValidationError`` is its ``__cause__``.
+    It is a ``ValueError`` too.
+    """
 
 
 class UnknownWorkflowType(InputError):
@@ -106,16 +114,6 @@ class ProgressConflict(WorkflowError):
         super().__init__(
             f"progress field {field!r} is already set to {old!r}; refusing to change it to {new!r}"
         )
-
-
-class UndeclaredTransition(WorkflowError):
-    """An action returned a transition its step does not declare."""
-
-    def __init__(self, step: str, target: object, allowed: list[str]) -> None:
-        self.step = step
-        self.target = target
-        self.allowed = allowed
-        super().__init__(f"step {step!r} returned {target!r}; it declares only {sorted(allowed)}")
 
 
 class NotFound(WorkflowError):
@@ -155,6 +153,20 @@ class DataRejected(StoreError):
     constraint violation other than the version check. The runner sets the instance
     aside (quarantined, with a dead letter and the reason) instead of running it again.
     """
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached.
+
+    Attributes:
+        lost: True when a connection was lost under the call (a restart, a crash, the
+            network): the outcome of a write in flight is unknown, and one more try on
+            a fresh connection may well succeed at once. False when no connection could
+            be had within the store's ``pool_timeout``: the store has waited already.
+    """
+
+    def __init__(self, message: str | None = None, *, lost: bool = True) -> None:
+        super().__init__(message)
+        self.lost = lost
 
 
 class MigrationError(StoreError):
@@ -277,6 +289,30 @@ class Parked(Waiting):
         self.name = name
         self.token = token
         self.until = until
+
+
+class UndeclaredTransition(Fail):
+    """An action returned a transition its step does not declare.
+
+    Recorded, not raised into the action: the instance is FAILED with error code
+    ``undeclared_transition`` and this class as the error's ``type``. A reconcile hook
+    that chooses a step the workflow does not have fails the same way.
+    """
+
+    code = "undeclared_transition"
+
+    def __init__(self, step: str, target: object, allowed: list[str], *, by: str = "step") -> None:
+        self.step = step
+        self.target = target
+        self.allowed = sorted(allowed)
+        if by == "reconcile":
+            message = (
+                f"the reconcile hook of step {step!r} chose {target!r}; "
+                f"the workflow has only steps {self.allowed}"
+            )
+        else:
+            message = f"step {step!r} returned {target!r}; it declares only {self.allowed}"
+        super().__init__(message)
 
 
 class WaitTimeout(Fail):

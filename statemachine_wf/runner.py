@@ -48,6 +48,7 @@ from .errors import (
     Retry,
     StepFailure,
     StoreError,
+    StoreUnavailable,
     Waiting,
 )
 from .events import Ev, Status
@@ -340,6 +341,9 @@ class Runner:
         while not self._stopping.wait(interval):
             try:
                 self._extend_leases()
+            except StoreUnavailable as exc:
+                # The store logs the database going away and coming back, once each.
+                log.debug("heartbeat failed (will retry): %s", exc)
             except Exception:
                 log.exception("heartbeat failed (will retry)")
 
@@ -394,6 +398,9 @@ class Runner:
                 for claim in claims:
                     self._run_claim(claim, startup=False)
                 self._deferred_nudge()  # if no commit passed it on
+            except StoreUnavailable as exc:
+                log.debug("worker loop: %s (continuing)", exc)  # the store says it once
+                self._stopping.wait(0.5)
             except Exception:
                 log.exception("worker loop error (continuing)")
                 self._stopping.wait(0.5)
@@ -458,8 +465,11 @@ class Runner:
             )
         except StoreError as exc:
             # The database, not the instance, is the problem: never quarantine for it.
-            log.warning(
-                "instance %s: store unavailable (%s); handing it back", claim.instance.id, exc
+            log.log(
+                logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
+                "instance %s: store unavailable (%s); handing it back",
+                claim.instance.id,
+                exc,
             )
             self._hand_back(claim.instance.id)
         except Exception as exc:
@@ -485,7 +495,12 @@ class Runner:
                 self.store.release(worker=self.worker_id, instance_ids=[instance_id])
                 return
             except StoreError as exc:
-                log.warning("instance %s: release failed (%s); retrying", instance_id, exc)
+                log.log(
+                    logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
+                    "instance %s: release failed (%s); retrying",
+                    instance_id,
+                    exc,
+                )
             self._stopping.wait(delay)
             delay = min(delay * 2, 2.0)
 
@@ -665,7 +680,10 @@ class Runner:
         action = getattr(obj, sspec.method)
         try:
             result = self._call(action, ctx, sspec)
-        except LeaseLost:
+        except (LeaseLost, StoreUnavailable):
+            # The database went away under ctx.save (or another store call of the step):
+            # not the step's failure. The claim is handed back and the step, in doubt,
+            # is reconciled or run again once the database is back.
             raise
         except Parked as exc:
             # A durable wait: the step is parked with its token and timer in one commit.

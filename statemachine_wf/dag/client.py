@@ -127,7 +127,7 @@ class DagClient:
         instance_id: str | None = None,
     ) -> str:
         if priority < 0:
-            raise ValueError(f"priority must be >= 0, got {priority}")
+            raise InputError(f"priority must be >= 0, got {priority}")
         if input is not None and not isinstance(input, Mapping):
             raise InputError(f"input must be a mapping, got {type(input).__name__}")
         graph = check(definition)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from statemachine_wf import Status
+from statemachine_wf import InputError, Status
 from statemachine_wf.adapters.ethereum import EthereumClient
 from statemachine_wf.adapters.ethereum.devnode import free_port
 
@@ -147,8 +147,9 @@ def test_bad_input_is_refused_before_anything_is_written(
 ) -> None:
     env = chain_env
     inp = {**work_input(23, GOOD), **change}
-    with pytest.raises(ValidationError) as info:
+    with pytest.raises(InputError) as info:  # was pydantic's ValidationError (defect 9)
         env.client.start(QuickWork, inp)
-    errors = info.value.errors()
+    assert isinstance(info.value.__cause__, ValidationError)
+    errors = info.value.__cause__.errors()
     assert any(field in map(str, e["loc"]) or field in e["msg"] for e in errors), errors
     assert env.store.list_instances() == []

@@ -1,0 +1,41 @@
+"""The PostgreSQL pool's reconnect settings reach the store through Config (issue 14)."""
+
+from __future__ import annotations
+
+import pytest
+
+from statemachine_wf import Config
+
+
+def test_pool_settings_from_the_environment_become_store_options() -> None:
+    config = Config.from_env(
+        {
+            "SWF_DATABASE_URL": "postgresql://u@h:5432/d",
+            "SWF_PG_SCHEMA": "jobs",
+            "SWF_PG_POOL_SIZE": "4",
+            "SWF_PG_POOL_TIMEOUT": "5",
+            "SWF_PG_RECONNECT_INTERVAL": "0.25",
+        }
+    )
+    assert config.store_options() == {
+        "schema": "jobs",
+        "pool_size": 4,
+        "pool_timeout": 5.0,
+        "reconnect_interval": 0.25,
+    }
+    assert Config().pool_timeout == 30.0
+    assert Config().reconnect_interval == 0.5
+    assert Config(database_url="sqlite:///x.db", pool_size=2).store_options() == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "problem"),
+    [
+        ("SWF_PG_POOL_SIZE", "0", "pool_size must be >= 1"),
+        ("SWF_PG_POOL_TIMEOUT", "0", "pool_timeout must be > 0"),
+        ("SWF_PG_RECONNECT_INTERVAL", "-1", "reconnect_interval must be > 0"),
+    ],
+)
+def test_bad_pool_settings_are_refused_by_name(name: str, value: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        Config.from_env({name: value})
