@@ -32,6 +32,7 @@ from statemachine_wf import (
 )
 from statemachine_wf.adapters.arweave.client import ArweaveClient
 from statemachine_wf.adapters.arweave.errors import GatewayUnavailable
+from statemachine_wf.adapters.ethereum import AnvilNode
 from statemachine_wf.adapters.ethereum.client import EthereumClient
 from statemachine_wf.adapters.ethereum.errors import RpcUnavailable
 from statemachine_wf.stores import open_store
@@ -197,3 +198,19 @@ def test_mistyped_store_url_does_not_echo_its_password(url: str) -> None:
     shown = "".join(traceback.format_exception(caught.value))
     for secret in SECRETS:
         assert secret not in shown
+
+
+@pytest.mark.chain
+def test_working_node_debug_logs_hold_no_key(
+    anvil_session: AnvilNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node that answers: web3's and urllib3's DEBUG lines (URI, request line) are clean."""
+    _, query, password = SECRETS
+    host = anvil_session.url.removeprefix("http://")
+    url = f"http://user:{password}@{host}/?apikey={query}"  # anvil answers on / only
+    caplog.set_level(logging.DEBUG)
+    client = EthereumClient.from_url(url, timeout=5)
+    assert client.block_number() >= 0
+    assert "HTTP/1.1" in caplog.text  # urllib3's request line was logged, redacted
+    for secret in SECRETS:
+        assert secret not in caplog.text
