@@ -29,7 +29,8 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 # A host we are willing to show: a name or IPv4 address, or a bracketed IPv6 address,
 # with an optional numeric port. Anything else is not shown at all.
 _HOST = re.compile(r"^(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.\-]+)?\])(?::\d{1,5})?$")
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]+")
+# A quote ends a URL only when it is not part of it: "'" is legal in userinfo and path.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"<>`]+")
 _TRAILING = ".,;:)]}'\""
 _REQUEST_LINE = re.compile(r"\b(GET|POST|PUT|DELETE|HEAD|PATCH|OPTIONS) /[^\s'\"]*")
 _URL_LABEL = re.compile(r"(\burl[:=] ?['\"]?)/[^\s'\"()]*", re.IGNORECASE)
@@ -108,8 +109,11 @@ def _secrets(url: str) -> list[str]:
 
 def _redact_match(match: re.Match[str]) -> str:
     text = match.group(0)
-    stripped = text.rstrip(_TRAILING)
-    return redact_url(stripped) + text[len(stripped) :]
+    stripped = text.rstrip(_TRAILING)  # closing punctuation of the sentence around it
+    redacted = redact_url(stripped)
+    if redacted.endswith(REDACTED):
+        return redacted  # the punctuation may belong to the dropped path: drop it too
+    return redacted + text[len(stripped) :]
 
 
 def redact_text(text: str, *urls: str | None) -> str:

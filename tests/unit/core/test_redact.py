@@ -57,6 +57,12 @@ def test_redact_text_cleans_urls_and_echoed_pieces() -> None:
         for secret in ("PASSWORD1", "SECRETKEY", "SECRETQ", "FRAGMENT1"):
             assert secret not in cleaned, (text, cleaned)
     assert "127.0.0.1" in redact_text(urllib3, url)
+    # "'" is legal in userinfo and path; trailing punctuation may belong to the path
+    assert (
+        redact_text("see https://SEC'RET1@node.example rest") == "see https://***@node.example rest"
+    )
+    assert "SECRET2" not in redact_text("(url='http://h/x/SECRET2......')")
+    assert redact_text("at http://node.example:8545).") == "at http://node.example:8545)."
     assert redact_text("plain words, no URL") == "plain words, no URL"
 
 
