@@ -15,6 +15,10 @@ from ..store import Store
 
 __all__ = ["DEFAULT_URL", "open_store"]
 
+# psycopg's pool logs every failed connection attempt with psycopg's text, which quotes a
+# malformed URI whole (password included); PostgresStore imports this package first.
+install_log_redaction("psycopg.pool")
+
 
 def open_store(url: str | None = None, *, schema: str | None = None, **options: Any) -> Store:
     """Open the store named by ``url``, configured as the CLI is.
@@ -46,7 +50,6 @@ def open_store(url: str | None = None, *, schema: str | None = None, **options: 
         from .postgres import PostgresStore
 
         _check_postgres_url(url)
-        install_log_redaction()  # psycopg's pool logs its connection errors
         return PostgresStore(url, schema=schema or Config.schema_from_env(), **options)
     raise ValueError(
         f"unsupported store URL {redact_url(url)!r}: use sqlite:///path.db or postgresql://..."

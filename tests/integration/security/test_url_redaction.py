@@ -214,3 +214,18 @@ def test_working_node_debug_logs_hold_no_key(
     assert "HTTP/1.1" in caplog.text  # urllib3's request line was logged, redacted
     for secret in SECRETS:
         assert secret not in caplog.text
+
+
+def test_psycopg_pool_warnings_hold_no_password(caplog: pytest.LogCaptureFixture) -> None:
+    """PostgresStore(url) used directly: the pool's retry warnings quote the URI, redacted."""
+    from psycopg_pool import ConnectionPool, PoolTimeout
+
+    import statemachine_wf.stores.postgres  # noqa: F401  (installs the filter, as a store does)
+
+    caplog.set_level(logging.DEBUG)
+    pool = ConnectionPool("postgresql://user:PASSWD9e5c77@[::1:5432/app", open=False)
+    with pytest.raises(PoolTimeout):
+        pool.open(wait=True, timeout=1.0)
+    pool.close()
+    assert "error connecting" in caplog.text
+    assert "PASSWD9e5c77" not in caplog.text
