@@ -25,7 +25,7 @@ from web3.exceptions import BadFunctionCallOutput
 from web3.types import BlockIdentifier
 
 from statemachine_wf.adapters.ethereum.client import ConfirmationRule, EthereumClient, TxStatus
-from statemachine_wf.adapters.ethereum.errors import ChainError, chain_errors
+from statemachine_wf.adapters.ethereum.errors import ChainError
 
 __all__ = [
     "Broadcast",
@@ -247,7 +247,7 @@ def view(
 
 
 def _has_code(client: EthereumClient, address: str, block: BlockIdentifier) -> bool:
-    with chain_errors():
+    with client.errors():
         return len(client.w3.eth.get_code(to_checksum_address(address), block)) > 0
 
 

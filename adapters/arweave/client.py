@@ -34,6 +34,7 @@ from statemachine_wf.adapters.arweave.transaction import (
     is_tx_id,
 )
 from statemachine_wf.adapters.arweave.wallet import ArweaveWallet
+from statemachine_wf.redact import install_log_redaction, redact_text, redact_url
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "ArStatus", "ArweaveClient", "StatusKind", "UploadResult"]
 
@@ -113,6 +114,7 @@ class ArweaveClient:
             transport: an httpx transport (tests, proxies).
         """
         self.gateway_url = gateway_url.rstrip("/")
+        install_log_redaction()  # httpx logs every request's full URL at INFO
         self.wallet = wallet
         self.inline_limit = inline_limit
         self._http = httpx.Client(
@@ -123,7 +125,7 @@ class ArweaveClient:
         )
 
     def __repr__(self) -> str:
-        return f"ArweaveClient({self.gateway_url!r}, wallet={self.wallet!r})"
+        return f"ArweaveClient({redact_url(self.gateway_url)!r}, wallet={self.wallet!r})"
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -146,11 +148,15 @@ class ArweaveClient:
         try:
             return self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            # Includes timeouts and refused connections. The request body is not
-            # part of the message: only the URL is.
-            raise GatewayUnavailable(
-                f"{method} {self.gateway_url}{path} failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            # Includes timeouts and refused connections. The request body is not part of
+            # the message, and the gateway URL only as scheme://host:port: a key in its
+            # userinfo, path or query stays out. The cause (httpx's text, with the URL)
+            # is dropped for the same reason.
+            error = GatewayUnavailable(
+                f"{method} {redact_url(self.gateway_url)} {path.split('?', 1)[0]} failed: "
+                f"{type(exc).__name__}: {redact_text(str(exc), self.gateway_url)}"
+            )
+        raise error from None
 
     @staticmethod
     def _error_for(

@@ -16,6 +16,7 @@ It works over any web3 provider: a JSON-RPC node (anvil, geth) and the in-proces
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -35,6 +36,7 @@ from web3.exceptions import TransactionNotFound
 from web3.types import BlockIdentifier, TxParams
 
 from statemachine_wf.errors import InputError
+from statemachine_wf.redact import install_log_redaction, redact_url
 
 from .errors import (
     AlreadyKnown,
@@ -114,6 +116,11 @@ class EthereumClient:
 
     def __init__(self, w3: Web3) -> None:
         self.w3 = w3
+        endpoint = getattr(w3.provider, "endpoint_uri", None)
+        # Kept for redaction only: an API key in the URL never reaches an error or a log.
+        self._url: str | None = str(endpoint) if endpoint else None
+        if self._url is not None:
+            install_log_redaction()
 
     @classmethod
     def from_url(cls, url: str, *, timeout: float = 10.0) -> EthereumClient:
@@ -134,19 +141,29 @@ class EthereumClient:
         return cls(Web3(provider))
 
     def __repr__(self) -> str:
-        return f"EthereumClient({self.w3.provider!r})"
+        if self._url is not None:
+            return f"EthereumClient({redact_url(self._url)!r})"
+        return f"EthereumClient({type(self.w3.provider).__name__})"
+
+    def errors(self) -> contextlib.AbstractContextManager[None]:
+        """:func:`~statemachine_wf.adapters.ethereum.errors.chain_errors` for this node.
+
+        Use it around direct ``client.w3`` calls: failures become chain errors whose
+        messages never show the endpoint's credentials.
+        """
+        return chain_errors(self._url)
 
     # --- reading ------------------------------------------------------------------------
 
     @cached_property
     def chain_id(self) -> int:
         """The chain id (asked once, then cached: it cannot change under a connection)."""
-        with chain_errors():
+        with chain_errors(self._url):
             return int(self.w3.eth.chain_id)
 
     def block_number(self) -> int:
         """The head block number."""
-        with chain_errors():
+        with chain_errors(self._url):
             return int(self.w3.eth.block_number)
 
     def nonce(self, address: str, block: Literal["latest", "pending"] = "latest") -> int:
@@ -155,7 +172,7 @@ class EthereumClient:
         The first unmined nonce is ``nonce(a, "latest")``; the next free one is
         ``nonce(a, "pending")``.
         """
-        with chain_errors():
+        with chain_errors(self._url):
             return int(self.w3.eth.get_transaction_count(to_checksum_address(address), block))
 
     def contract(self, address: str, abi: Sequence[Mapping[str, Any]]) -> Contract:
@@ -171,7 +188,7 @@ class EthereumClient:
             Reverted: The call reverted.
             RpcUnavailable: The node is unreachable.
         """
-        with chain_errors():
+        with chain_errors(self._url):
             return contract.get_function_by_name(fn)(*args).call(block_identifier=block)
 
     # --- building -----------------------------------------------------------------------
@@ -182,7 +199,7 @@ class EthereumClient:
         Doubling the base fee keeps the transaction valid through six full blocks of
         base-fee increases without a replacement.
         """
-        with chain_errors():
+        with chain_errors(self._url):
             tip = int(self.w3.eth.max_priority_fee)
             base = int(self.w3.eth.get_block("latest").get("baseFeePerGas", 0))
         return Fees(max_fee_per_gas=2 * base + tip, max_priority_fee_per_gas=tip)
@@ -194,7 +211,7 @@ class EthereumClient:
             Reverted: The transaction would revert (the reason is in ``.reason``).
         """
         fields = {k: tx[k] for k in ("from", "to", "data", "value") if tx.get(k) is not None}
-        with chain_errors():
+        with chain_errors(self._url):
             return int(self.w3.eth.estimate_gas(cast(TxParams, fields)))
 
     def build_transaction(
@@ -316,7 +333,7 @@ class EthereumClient:
         try:
             return _hex(self.w3.eth.send_raw_transaction(data))
         except Exception as exc:
-            error = classify(exc)
+            error = classify(exc, self._url)
             if isinstance(error, AlreadyKnown):
                 error.tx_hash = tx_hash
             elif isinstance(error, NonceTooLow) and self._known(tx_hash):
@@ -327,7 +344,7 @@ class EthereumClient:
 
     def _known(self, tx_hash: str) -> bool:
         try:
-            with chain_errors():
+            with chain_errors(self._url):
                 self.w3.eth.get_transaction(HexBytes(tx_hash))
         except TransactionNotFound:
             return False
@@ -342,7 +359,7 @@ class EthereumClient:
     def is_pending(self, tx_hash: str) -> bool:
         """Whether the node holds the transaction in its pool (known, not yet mined)."""
         try:
-            with chain_errors():
+            with chain_errors(self._url):
                 tx = self.w3.eth.get_transaction(HexBytes(tx_hash))
         except ChainError as exc:
             if isinstance(exc.__cause__, TransactionNotFound):
@@ -364,7 +381,7 @@ class EthereumClient:
             The map (``pending`` and ``queued`` together), or None when the node does not
             offer ``txpool_content`` (py-evm, many hosted RPCs).
         """
-        with chain_errors():
+        with chain_errors(self._url):
             response = self.w3.provider.make_request(cast(Any, "txpool_content"), [])
         result = response.get("result")
         if not isinstance(result, Mapping):
@@ -399,14 +416,14 @@ class EthereumClient:
                 f"confirmations must be >= 1 or 'safe'/'finalized'; got {confirmations}"
             )
         try:
-            with chain_errors():
+            with chain_errors(self._url):
                 receipt = self.w3.eth.get_transaction_receipt(HexBytes(tx_hash))
         except ChainError as exc:
             if not isinstance(exc.__cause__, TransactionNotFound):
                 raise
             kind: TxKind = "pending" if self.is_pending(tx_hash) else "not_found"
             return TxStatus(kind=kind, tx_hash=_hex(tx_hash))
-        with chain_errors():
+        with chain_errors(self._url):
             number = int(receipt["blockNumber"])
             head = int(self.w3.eth.block_number)
             canonical = self.w3.eth.get_block(number)
@@ -451,7 +468,7 @@ class EthereumClient:
             decoded = decode_revert_data(trace.get("output"))
             if decoded:
                 return decoded
-        with chain_errors():
+        with chain_errors(self._url):
             tx = self.w3.eth.get_transaction(HexBytes(tx_hash))
         call = {
             "from": tx["from"],
@@ -466,7 +483,7 @@ class EthereumClient:
                 cast(TxParams, {k: v for k, v in call.items() if v is not None}), block
             )
         except Exception as exc:
-            error = classify(exc)
+            error = classify(exc, self._url)
             if isinstance(error, Reverted):
                 return error.reason
             raise error from exc

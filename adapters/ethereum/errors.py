@@ -37,6 +37,7 @@ from eth_abi.abi import decode as abi_decode
 from web3 import exceptions as w3exc
 
 from statemachine_wf.errors import WorkflowError
+from statemachine_wf.redact import redact_text
 
 __all__ = [
     "AlreadyKnown",
@@ -251,18 +252,31 @@ def _is_transport_error(exc: BaseException) -> bool:
     return module.startswith(("requests.", "urllib3.", "aiohttp."))
 
 
-def classify(exc: BaseException) -> ChainError:
+def classify(exc: BaseException, url: str | None = None) -> ChainError:
     """Map a web3 / py-evm / transport exception to a :class:`ChainError`.
 
     Args:
         exc: The exception raised by web3, eth-tester, py-evm or the HTTP transport.
+        url: The node's endpoint, if known: its credentials (userinfo, path, query) are
+            removed from the message, as is every URL in it (see
+            :func:`statemachine_wf.redact.redact_text`).
 
     Returns:
-        The matching domain error (a new instance; raise it ``from exc``). A
-        :class:`ChainError` is returned as is.
+        The matching domain error (a new instance; raise it ``from exc``, or, for
+        :class:`RpcUnavailable`, whose cause's text holds the URL, without a cause as
+        :func:`chain_errors` does). A :class:`ChainError` is returned as is.
     """
     if isinstance(exc, ChainError):
         return exc
+    found = _classify(exc)
+    if found.args and isinstance(found.args[0], str):
+        cleaned = redact_text(found.args[0], url)
+        if cleaned != found.args[0]:
+            found.args = (cleaned, *found.args[1:])
+    return found
+
+
+def _classify(exc: BaseException) -> ChainError:
     if isinstance(exc, w3exc.ContractLogicError):
         # ContractLogicError also covers ContractCustomError/ContractPanicError.
         data = exc.data if isinstance(exc.data, str) else None
@@ -290,14 +304,27 @@ def classify(exc: BaseException) -> ChainError:
 
 
 @contextlib.contextmanager
-def chain_errors() -> Iterator[None]:
+def chain_errors(url: str | None = None) -> Iterator[None]:
     """Re-raise any exception in the block as its :func:`classify` result.
 
-    The original stays as ``__cause__`` for debugging.
+    The original stays as ``__cause__`` for debugging, except for transport errors
+    (:class:`RpcUnavailable`): their text and their own causes (requests, urllib3) carry
+    the request URL with any API key in it, so they are dropped; the new message keeps
+    the exception type and the redacted text.
+
+    Args:
+        url: The node's endpoint, redacted from messages (see :func:`classify`).
     """
+    error: ChainError | None = None
     try:
         yield
     except ChainError:
         raise
     except Exception as exc:
-        raise classify(exc) from exc
+        error = classify(exc, url)
+        if not isinstance(error, RpcUnavailable):
+            raise error from exc
+    if error is not None:  # raised outside the handler: no __context__ either
+        error.__cause__ = None
+        error.__suppress_context__ = True
+        raise error

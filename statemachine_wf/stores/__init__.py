@@ -10,9 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import DEFAULT_URL, Config
+from ..redact import install_log_redaction, redact_text, redact_url
 from ..store import Store
 
 __all__ = ["DEFAULT_URL", "open_store"]
+
+# psycopg's pool logs every failed connection attempt with psycopg's text, which quotes a
+# malformed URI whole (password included); PostgresStore imports this package first.
+install_log_redaction("psycopg.pool")
 
 
 def open_store(url: str | None = None, *, schema: str | None = None, **options: Any) -> Store:
@@ -29,7 +34,10 @@ def open_store(url: str | None = None, *, schema: str | None = None, **options: 
         options: passed to the store (``PostgresStore(pool_size=16, listen=True)``).
 
     Raises:
-        ValueError: an unsupported URL, or ``schema`` given for SQLite.
+        ValueError: an unsupported or malformed URL, or ``schema`` given for SQLite. The
+            message shows the URL as ``scheme://host:port`` only (see
+            :func:`statemachine_wf.redact.redact_url`): a mistyped URL never echoes its
+            password.
     """
     url = url or Config.from_env().database_url
     if url.startswith("sqlite:///"):
@@ -41,5 +49,20 @@ def open_store(url: str | None = None, *, schema: str | None = None, **options: 
     if url.startswith(("postgresql://", "postgres://")):
         from .postgres import PostgresStore
 
+        _check_postgres_url(url)
         return PostgresStore(url, schema=schema or Config.schema_from_env(), **options)
-    raise ValueError(f"unsupported store URL {url!r}: use sqlite:///path.db or postgresql://...")
+    raise ValueError(
+        f"unsupported store URL {redact_url(url)!r}: use sqlite:///path.db or postgresql://..."
+    )
+
+
+def _check_postgres_url(url: str) -> None:
+    """Refuse a malformed PostgreSQL URL before psycopg echoes it (password included)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        message = redact_text(str(exc).strip(), url)
+        raise ValueError(f"malformed store URL {redact_url(url)!r}: {message}") from None
