@@ -34,6 +34,7 @@ from .config import Config
 from .errors import UnknownWorkflowType, WorkflowError
 from .events import Status
 from .inbox import parse_duration
+from .redact import redact_url
 from .runner import Runner, RunnerOptions
 from .store import Store
 from .stores import open_store
@@ -119,7 +120,9 @@ class _Help(argparse.HelpFormatter):
         default = action.default
         if "default" in text or default is None or default is False or default == []:
             return text
-        return f"{text} (default: {action.default})"
+        if isinstance(default, str) and "://" in default and not default.startswith("sqlite"):
+            default = redact_url(default)  # a store URL from the env may hold a password
+        return f"{text} (default: {default})"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -307,7 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _open(args: argparse.Namespace) -> Store:
-    return open_store(args.db, schema=args.schema)
+    if not args.db.startswith("postgres"):
+        return open_store(args.db, schema=args.schema)
+    # The pool settings come from SWF_PG_* like everything else; --schema wins over the env.
+    options = Config.from_env().store_options()
+    options.pop("schema", None)
+    return open_store(args.db, schema=args.schema, **options)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -47,7 +47,7 @@ class Config:
             ``SWF_PG_RECONNECT_INTERVAL``.
     """
 
-    database_url: str = DEFAULT_URL
+    database_url: str = field(default=DEFAULT_URL, repr=False)  # may hold a password
     schema: str = DEFAULT_SCHEMA
     modules: tuple[str, ...] = ()
     concurrency: int = 8

@@ -154,6 +154,7 @@ class DataRejected(StoreError):
     aside (quarantined, with a dead letter and the reason) instead of running it again.
     """
 
+
 class StoreUnavailable(StoreError):
     """The database could not be reached.
 

@@ -152,3 +152,13 @@ def test_list_says_when_there_are_more_and_pages(cli: Cli) -> None:
     bad = cli("list", "--offset", "-1", ok=False)
     assert bad.returncode == 2
     assert "--limit and --offset must be >= 0" in bad.stderr
+
+
+def test_help_hides_the_password_of_a_store_url_from_the_env(
+    cli: Cli, user_env: dict[str, str]
+) -> None:
+    user_env["SWF_DATABASE_URL"] = "postgresql://ops:s3cr3t-pw@127.0.0.1:5432/prod?x=k3y"
+    top = cli("--help").stdout
+    assert "s3cr3t-pw" not in top
+    assert "k3y" not in top
+    assert "127.0.0.1:5432" in top  # which server is still shown
