@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 DEFAULT_URL = "sqlite:///statemachine_wf.db"
 DEFAULT_SCHEMA = "public"
+DEFAULT_MAX_DAG_BYTES = 2 * 1024 * 1024
+DEFAULT_MAX_DAG_NODES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,10 @@ class Config:
             instances with. Env: ``SWF_DAG_REGISTRY``.
         max_payload_bytes: the input and signal payload limit (None: 256 KiB, or for the
             SQL producer paths the value stored by ``migrate``). Env: ``SWF_MAX_PAYLOAD_BYTES``.
+        max_dag_bytes: the largest DAG definition (its JSON, in bytes) that can be loaded,
+            saved or started (default 2 MiB). Env: ``SWF_MAX_DAG_BYTES``.
+        max_dag_nodes: the most nodes a DAG definition may have (default 10,000). Env:
+            ``SWF_MAX_DAG_NODES``.
     """
 
     database_url: str = DEFAULT_URL
@@ -48,12 +54,18 @@ class Config:
     deps: str | None = None
     dag_registry: str | None = None
     max_payload_bytes: int | None = None
+    max_dag_bytes: int = DEFAULT_MAX_DAG_BYTES
+    max_dag_nodes: int = DEFAULT_MAX_DAG_NODES
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.lease <= 0:
             raise ValueError(f"lease must be > 0 seconds, got {self.lease}")
+        if self.max_dag_bytes < 1:
+            raise ValueError(f"max_dag_bytes must be >= 1, got {self.max_dag_bytes}")
+        if self.max_dag_nodes < 2:
+            raise ValueError(f"max_dag_nodes must be >= 2, got {self.max_dag_nodes}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -75,6 +87,8 @@ class Config:
                 deps=env.get("SWF_DEPS") or None,
                 dag_registry=env.get("SWF_DAG_REGISTRY") or None,
                 max_payload_bytes=cls.payload_limit_from_env(env),
+                max_dag_bytes=cls.dag_limit_from_env("SWF_MAX_DAG_BYTES", env),
+                max_dag_nodes=cls.dag_limit_from_env("SWF_MAX_DAG_NODES", env),
             )
         except ValueError as exc:
             raise ValueError(f"bad SWF_* setting: {exc}") from exc
@@ -98,6 +112,25 @@ class Config:
             raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be an integer, got {raw!r}") from None
         if not 1 <= limit < 10**18:
             raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be from 1 to 10**18 - 1, got {limit}")
+        return limit
+
+    @staticmethod
+    def dag_limit_from_env(name: str, env: Mapping[str, str] | None = None) -> int:
+        """``SWF_MAX_DAG_BYTES`` or ``SWF_MAX_DAG_NODES`` (validated), else its default."""
+        env = os.environ if env is None else env
+        default = {
+            "SWF_MAX_DAG_BYTES": DEFAULT_MAX_DAG_BYTES,
+            "SWF_MAX_DAG_NODES": DEFAULT_MAX_DAG_NODES,
+        }[name]
+        raw = env.get(name)
+        if not raw:
+            return default
+        try:
+            limit = int(raw)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+        if not 2 <= limit < 10**18:
+            raise ValueError(f"{name} must be from 2 to 10**18 - 1, got {limit}")
         return limit
 
     def store_options(self) -> dict[str, str]:
