@@ -364,6 +364,12 @@ class InternalError(Exception):
     it (after its retries the runner quarantines the instance: STALLED, redrivable)."""
 
 
+def _short(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters: an error message built from data (a missing
+    key's repr, say) must not copy that data into the log."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 async def _condition(call: NodeCall) -> NodeResult:
     assert isinstance(call.config, ConditionConfig)
     # One private copy for every branch: an expression never reaches the runner's cache.
@@ -373,18 +379,20 @@ async def _condition(call: NodeCall) -> NodeResult:
             value = evaluate(branch.parsed, branch.when, ctx, private=True)
         except ExpressionLimit as exc:
             raise Fail(
-                f"branch {branch.handle!r}: {branch.when[:200]!r} went over a limit: {exc}",
+                f"branch {branch.handle!r}: {_short(branch.when)!r} went over a limit: "
+                f"{_short(str(exc))}",
                 code="expression_limit",
             ) from None
         except EXPRESSION_ERRORS as exc:
             raise Fail(
-                f"branch {branch.handle!r}: {branch.when!r} failed: {type(exc).__name__}: {exc}",
+                f"branch {branch.handle!r}: {_short(branch.when)!r} failed: "
+                f"{type(exc).__name__}: {_short(str(exc))}",
                 code="bad_expression",
             ) from exc
         except Exception as exc:
             raise InternalError(
-                f"branch {branch.handle!r}: evaluating {branch.when!r} raised "
-                f"{type(exc).__name__}: {exc}"
+                f"branch {branch.handle!r}: evaluating {_short(branch.when)!r} raised "
+                f"{type(exc).__name__}: {_short(str(exc))}"
             ) from exc
         if value:
             return NodeResult({"branch": branch.handle}, branch.handle)

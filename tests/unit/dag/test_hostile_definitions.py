@@ -91,6 +91,16 @@ def test_a_hostile_condition_is_refused_at_load(when: str, says: str) -> None:
     assert says in str(info.value)
 
 
+def test_a_failing_condition_does_not_copy_its_data_into_the_error() -> None:
+    """A missing key of 100,000 characters: the message is cut, not the key copied."""
+    ctx = {"input": {"d": {}, "s": "k" * 100_000}}
+    with pytest.raises(Fail) as info:
+        run_condition(conditional("ctx.input.d[ctx.input.s] == 1"), ctx)
+    assert info.value.code == "bad_expression"
+    assert "KeyError" in str(info.value)
+    assert len(str(info.value)) < 1_000
+
+
 def test_a_condition_cannot_reach_the_callers_context() -> None:
     """Regression: a condition mutated the runner's cached context (the output said 0,
     the log 1000). It evaluates on a private copy: what it returns is not the caller's."""
