@@ -15,6 +15,8 @@ from typing import Any
 
 DEFAULT_URL = "sqlite:///statemachine_wf.db"
 DEFAULT_SCHEMA = "public"
+DEFAULT_MAX_DAG_BYTES = 2 * 1024 * 1024
+DEFAULT_MAX_DAG_NODES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,10 @@ class Config:
         reconnect_interval: seconds between connection attempts while PostgreSQL is away
             (no back-off): work resumes about this long after it is back. Env:
             ``SWF_PG_RECONNECT_INTERVAL``.
+        max_dag_bytes: the largest DAG definition (its JSON, in bytes) that can be loaded,
+            saved or started (default 2 MiB). Env: ``SWF_MAX_DAG_BYTES``.
+        max_dag_nodes: the most nodes a DAG definition may have (default 10,000). Env:
+            ``SWF_MAX_DAG_NODES``.
     """
 
     database_url: str = field(default=DEFAULT_URL, repr=False)  # may hold a password
@@ -60,6 +66,8 @@ class Config:
     pool_size: int = 16
     pool_timeout: float = 30.0
     reconnect_interval: float = 0.5
+    max_dag_bytes: int = DEFAULT_MAX_DAG_BYTES
+    max_dag_nodes: int = DEFAULT_MAX_DAG_NODES
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -74,6 +82,10 @@ class Config:
             raise ValueError(
                 f"reconnect_interval must be > 0 seconds, got {self.reconnect_interval}"
             )
+        if self.max_dag_bytes < 1:
+            raise ValueError(f"max_dag_bytes must be >= 1, got {self.max_dag_bytes}")
+        if self.max_dag_nodes < 2:
+            raise ValueError(f"max_dag_nodes must be >= 2, got {self.max_dag_nodes}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -98,6 +110,8 @@ class Config:
                 pool_size=int(env.get("SWF_PG_POOL_SIZE", "16")),
                 pool_timeout=float(env.get("SWF_PG_POOL_TIMEOUT", "30")),
                 reconnect_interval=float(env.get("SWF_PG_RECONNECT_INTERVAL", "0.5")),
+                max_dag_bytes=cls.dag_limit_from_env("SWF_MAX_DAG_BYTES", env),
+                max_dag_nodes=cls.dag_limit_from_env("SWF_MAX_DAG_NODES", env),
             )
         except ValueError as exc:
             raise ValueError(f"bad SWF_* setting: {exc}") from exc
@@ -121,6 +135,25 @@ class Config:
             raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be an integer, got {raw!r}") from None
         if not 1 <= limit < 10**18:
             raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be from 1 to 10**18 - 1, got {limit}")
+        return limit
+
+    @staticmethod
+    def dag_limit_from_env(name: str, env: Mapping[str, str] | None = None) -> int:
+        """``SWF_MAX_DAG_BYTES`` or ``SWF_MAX_DAG_NODES`` (validated), else its default."""
+        env = os.environ if env is None else env
+        default = {
+            "SWF_MAX_DAG_BYTES": DEFAULT_MAX_DAG_BYTES,
+            "SWF_MAX_DAG_NODES": DEFAULT_MAX_DAG_NODES,
+        }[name]
+        raw = env.get(name)
+        if not raw:
+            return default
+        try:
+            limit = int(raw)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+        if not 2 <= limit < 10**18:
+            raise ValueError(f"{name} must be from 2 to 10**18 - 1, got {limit}")
         return limit
 
     def store_options(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from .config import Config
-from .errors import PayloadTooLarge
+from .errors import DefinitionError, PayloadTooLarge
 
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 
@@ -47,3 +47,30 @@ def check_payload(what: str, value: Any, limit: int | None = None) -> int:
     if size > cap:
         raise PayloadTooLarge(what, size, cap)
     return size
+
+
+def max_dag_bytes() -> int:
+    """The largest DAG definition, as JSON bytes: ``SWF_MAX_DAG_BYTES``, else 2 MiB."""
+    return Config.dag_limit_from_env("SWF_MAX_DAG_BYTES")
+
+
+def max_dag_nodes() -> int:
+    """The most nodes in one DAG definition: ``SWF_MAX_DAG_NODES``, else 10,000."""
+    return Config.dag_limit_from_env("SWF_MAX_DAG_NODES")
+
+
+def check_dag_size(name: str, size: int | None, nodes: int | None) -> None:
+    """Refuse a DAG definition of ``size`` JSON bytes or ``nodes`` nodes over the limits.
+
+    Raises:
+        DefinitionError: naming the limit, the value and the setting that changes it.
+    """
+    problems = []
+    if size is not None and size > (limit := max_dag_bytes()):
+        problems.append(
+            f"the definition is {size} bytes; the limit is {limit} bytes (SWF_MAX_DAG_BYTES)"
+        )
+    if nodes is not None and nodes > (limit := max_dag_nodes()):
+        problems.append(f"it has {nodes} nodes; the limit is {limit} (SWF_MAX_DAG_NODES)")
+    if problems:
+        raise DefinitionError(f"DAG {name!r}", problems)

@@ -19,6 +19,7 @@ from ..events import EventRecord, Status
 from ..limits import check_payload
 from ..store import DagCommit, InstanceRecord, NewDagInstance, Store
 from . import interpret
+from .handlers import Registry
 from .interpret import LogView
 from .models import DagDefinition, check, load
 
@@ -28,10 +29,21 @@ class DagClient:
 
     Args:
         store: the store the runners use.
+        registry: the registry the runners use, if known here: then a definition whose
+            ``sub_workflow`` nodes start a workflow it does not allow is refused
+            (:class:`DefinitionError`) when saved, started or test-run. Without it the
+            runner refuses such a node when it runs (no child is created).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, registry: Registry | None = None) -> None:
         self.store = store
+        self.registry = registry
+
+    def _load(self, definition: DagDefinition | Mapping[str, Any] | str) -> DagDefinition:
+        checked = load(definition)
+        if self.registry is not None:
+            self.registry.check_definition(checked)
+        return checked
 
     # -- definitions -----------------------------------------------------------------------
     def save(self, definition: DagDefinition | Mapping[str, Any] | str) -> int:
@@ -40,7 +52,7 @@ class DagClient:
         Raises:
             DefinitionError: listing every problem; nothing is stored.
         """
-        checked = load(definition)
+        checked = self._load(definition)
         return self.store.dag_save(checked.name, checked.dump())
 
     def definition(self, name: str, version: int | None = None) -> tuple[int, DagDefinition]:
@@ -81,8 +93,10 @@ class DagClient:
         """
         if isinstance(definition, str):
             saved_version, checked = self.definition(definition, version)
+            if self.registry is not None:
+                self.registry.check_definition(checked)
         else:
-            saved_version, checked = None, load(definition)
+            saved_version, checked = None, self._load(definition)
         return self._start(
             checked,
             input,
@@ -102,7 +116,7 @@ class DagClient:
     ) -> str:
         """Run an unsaved graph (the editor's test run); :meth:`stop_test_run` deletes it."""
         return self._start(
-            load(definition), input, version=None, test=True, instance_id=instance_id
+            self._load(definition), input, version=None, test=True, instance_id=instance_id
         )
 
     def stop_test_run(self, instance_id: str) -> None:

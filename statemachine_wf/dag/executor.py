@@ -49,6 +49,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..errors import ConcurrencyConflict, Fail, InputError, LeaseLost, StepFailure
 from ..events import Ev, EventRecord, NewEvent, Status
+from ..limits import check_payload
 from ..store import Claim, DagCommit, DagSnapshot, Store
 from . import interpret
 from .handlers import (
@@ -60,7 +61,7 @@ from .handlers import (
     Registry,
     handler_for,
 )
-from .interpret import DagDecision, LogView, TaskRetry
+from .interpret import Completion, DagDecision, LogView, TaskRetry
 from .models import ERROR_HANDLE, Graph
 from .templates import TemplateError
 
@@ -184,6 +185,11 @@ class DagExecutor:
         try:
             result = self._loop().run_until_complete(handler_for(call.node.type)(call))
             output = to_jsonable_python(result.output)
+            # The limit inputs have: an output over it fails the node (PayloadTooLarge,
+            # not retried) and is never written. (A start node's output is the input,
+            # checked when the instance was started.)
+            if call.node.type != "start":
+                check_payload(f"node {node!r} output", output)
         except LeaseLost:
             raise
         except ChildRunning as wait:
@@ -509,7 +515,7 @@ def _loop_state(graph: Graph, view: LogView, node: str, run: int) -> LoopState |
     dispatched = view.dispatch(node, run)
     if dispatched is None or dispatched.via != "back":
         return LoopState(entry=True, previous=None, result=None)
-    prev = view.completion(node, run - 1)
+    prev = _completion(view, node, run - 1)
     results = {}
     for edge in graph.incoming[node]:
         if graph.is_back(edge):
@@ -517,7 +523,38 @@ def _loop_state(graph: Graph, view: LogView, node: str, run: int) -> LoopState |
             results[edge.source] = done[-1].output if done else None
     result = next(iter(results.values())) if len(results) == 1 else results
     previous = prev.output if prev is not None and isinstance(prev.output, dict) else None
-    return LoopState(entry=previous is None, previous=previous, result=result)
+    if previous is None:
+        return LoopState(entry=True, previous=None, result=result)
+    start = int(previous.get("start", run - 1))
+    first = previous if start == run - 1 else _output(_completion(view, node, start))
+    items = first.get("items")
+    items = items if isinstance(items, list) else None
+    gathered = None
+    if items is not None and int(previous.get("index", -1)) + 1 >= len(items):
+        # The round's last iteration has ended: gather each iteration's result, once.
+        if "results" in previous:  # a round begun by a version that logged them all
+            gathered = [*previous["results"], result]
+        else:
+            gathered = [
+                _output(c).get("result")
+                for c in view.completions.get(node, ())
+                if start < c.run < run
+            ]
+            gathered.append(result)
+    return LoopState(entry=False, previous=previous, result=result, items=items, results=gathered)
+
+
+def _completion(view: LogView, node: str, run: int) -> Completion | None:
+    """``view.completion`` with a fast path: a loop's runs are usually its list's order."""
+    done = view.completions.get(node, [])
+    if 0 < run <= len(done) and done[run - 1].run == run:
+        return done[run - 1]
+    return view.completion(node, run)
+
+
+def _output(completion: Completion | None) -> dict[str, Any]:
+    out = completion.output if completion is not None else None
+    return out if isinstance(out, dict) else {}
 
 
 def _error_info(node: str, exc: BaseException) -> dict[str, Any]:

@@ -5,19 +5,40 @@ instance's context) and a few safe functions, evaluated by simpleeval -- never b
 ``eval``. :func:`compile_expression` parses it once (under a lock: CPython 3.11's parser
 is not safe to call from several threads at once) and checks what can be checked
 without data: the syntax, that every name is ``ctx``, a known function or a
-comprehension's own variable, and that it holds no ``{{...}}`` template (a condition
-reads ``ctx`` directly). :func:`evaluate` runs the parsed form; runner threads never
-parse.
+comprehension's own variable, that it holds no ``{{...}}`` template (a condition
+reads ``ctx`` directly), and that it is small and uses only the allowed constructs:
+at most :data:`MAX_EXPRESSION_CHARS` characters, :data:`MAX_EXPRESSION_NODES` syntax
+nodes nested at most :data:`MAX_EXPRESSION_DEPTH` deep, no f-string format specs, and
+method calls only to the read-only methods in :data:`SAFE_METHODS` (no ``append``, no
+``ljust``/``zfill``/``replace``/``join``/``format``). :func:`evaluate` runs the parsed
+form; runner threads never parse.
+
+Evaluation is pure and bounded. It sees a private copy of the context, so nothing it
+does reaches the runner's cached log. Every step is counted (at most
+:data:`MAX_EVAL_STEPS`), operators check their operands' sizes *before* computing (an
+integer result over :data:`MAX_INT_BITS` bits, a string or list over
+:data:`MAX_BUILT_LENGTH` items, ``%`` formatting of a string), and the strings, lists
+and mappings an evaluation builds count against one budget of
+:data:`MAX_BUILT_LENGTH` items. Going over any of these raises :class:`ExpressionLimit`;
+the condition node then fails with the code ``expression_limit``.
 """
 
 from __future__ import annotations
 
 import ast
+import operator
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from simpleeval import DEFAULT_FUNCTIONS, EvalWithCompoundTypes, InvalidExpression
+from simpleeval import (
+    DEFAULT_FUNCTIONS,
+    DEFAULT_OPERATORS,
+    EvalWithCompoundTypes,
+    InvalidExpression,
+    IterableTooLong,
+    NumberTooHigh,
+)
 
 SAFE_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "len": len,
@@ -45,6 +66,47 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
 NAMES = frozenset({"ctx", "True", "False", "None", *FUNCTIONS})
 """Every name an expression may use (besides its comprehensions' variables)."""
 
+SAFE_METHODS = frozenset(
+    {
+        # str: read-only, the result at most as long as the string
+        "lower", "upper", "casefold", "strip", "lstrip", "rstrip", "startswith",
+        "endswith", "isdigit", "isalpha", "isalnum", "isdecimal", "isnumeric",
+        "isspace", "islower", "isupper", "find", "rfind", "split", "rsplit",
+        "removeprefix", "removesuffix",
+        # str, list, tuple
+        "count", "index",
+        # dict
+        "get", "keys", "values", "items",
+    }
+)  # fmt: skip
+"""The only methods a condition may call: none mutates, none builds more than it reads
+(``ljust``, ``zfill``, ``center``, ``replace``, ``join``, ``format``, ``append`` ... are
+refused when the definition is loaded)."""
+
+MAX_EXPRESSION_CHARS = 4000
+"""Longest ``when`` text."""
+MAX_EXPRESSION_NODES = 500
+"""Most syntax-tree nodes in one expression."""
+MAX_EXPRESSION_DEPTH = 40
+"""Deepest nesting of the syntax tree (``((((x))))``, ``-(-(-x))``, ``a+b+c+...``)."""
+MAX_EVAL_STEPS = 100_000
+"""Most evaluation steps (tree nodes evaluated, comprehension items included) per
+evaluation."""
+MAX_INT_BITS = 10_000
+"""Largest integer (in bits, about 3,000 digits) ``**``, ``*`` and ``<<`` may produce."""
+MAX_BUILT_LENGTH = 1_000_000
+"""Most characters/items the strings, lists, tuples, sets and mappings an evaluation
+builds may hold together."""
+
+_ALLOWED_NODES: tuple[type[ast.AST], ...] = (
+    ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp,
+    ast.Call, ast.keyword, ast.Attribute, ast.Subscript, ast.Slice, ast.Name,
+    ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp,
+    ast.DictComp, ast.GeneratorExp, ast.comprehension, ast.JoinedStr,
+    ast.FormattedValue, ast.Starred, ast.expr_context, ast.boolop, ast.operator,
+    ast.unaryop, ast.cmpop,
+)  # fmt: skip
+
 EXPRESSION_ERRORS: tuple[type[Exception], ...] = (
     InvalidExpression,
     ArithmeticError,
@@ -57,6 +119,14 @@ EXPRESSION_ERRORS: tuple[type[Exception], ...] = (
 """What an expression raises on the data it is given (the expression's own fault, not
 the runtime's): a missing key, a division by zero, comparing a number with None."""
 
+LIMIT_ERRORS: tuple[type[Exception], ...] = (
+    NumberTooHigh,
+    IterableTooLong,
+    RecursionError,
+    MemoryError,
+)
+"""simpleeval's and Python's own size refusals: reported as :class:`ExpressionLimit`."""
+
 _parse_lock = threading.Lock()
 
 
@@ -64,15 +134,25 @@ class ExpressionProblem(ValueError):
     """An expression that cannot run: its message says why (a ``DefinitionError`` line)."""
 
 
+class ExpressionLimit(Exception):
+    """An evaluation went over one of the bounds (steps, integer size, built size)."""
+
+
 def compile_expression(text: str) -> ast.expr:
     """Parse and check ``text``; the parsed form for :func:`evaluate`.
 
     Raises:
-        ExpressionProblem: a template, a syntax error, or an unknown name or function.
+        ExpressionProblem: a template, a syntax error, an unknown name or function, a
+            construct or method not allowed, or an expression over a size limit.
     """
+    shown = text if len(text) <= 80 else text[:77] + "..."
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise ExpressionProblem(
+            f"bad expression {shown!r}: {len(text)} characters; the limit is {MAX_EXPRESSION_CHARS}"
+        )
     if "{{" in text or "}}" in text:
         raise ExpressionProblem(
-            f"bad expression {text!r}: templates are not used in a condition: write the "
+            f"bad expression {shown!r}: templates are not used in a condition: write the "
             "path as a plain name, "
             "e.g. ctx.input.amount > 100 instead of {{ctx.input.amount}} > 100"
         )
@@ -80,17 +160,56 @@ def compile_expression(text: str) -> ast.expr:
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
-            raise ExpressionProblem(f"bad expression {text!r}: {exc.msg}") from None
+            raise ExpressionProblem(f"bad expression {shown!r}: {exc.msg}") from None
+        except (RecursionError, MemoryError):
+            raise ExpressionProblem(
+                f"bad expression {shown!r}: nested too deeply to parse (the limit is "
+                f"{MAX_EXPRESSION_DEPTH} levels)"
+            ) from None
         # Walking the tree touches no parser state, but keep every AST operation in one
         # place: the tree is read-only from here on.
-        unknown = _unknown_names(tree.body)
+        shape = _shape_problem(tree)
+        unknown = set() if shape else _unknown_names(tree.body)
+    if shape:
+        raise ExpressionProblem(f"bad expression {shown!r}: {shape}")
     if unknown:
         raise ExpressionProblem(
-            f"bad expression {text!r}: unknown name(s) {sorted(unknown)}: an expression "
+            f"bad expression {shown!r}: unknown name(s) {sorted(unknown)}: an expression "
             "sees ctx (ctx.input, "
             f"ctx.<node output>) and the functions {sorted(SAFE_FUNCTIONS)}"
         )
     return tree.body
+
+
+def _shape_problem(tree: ast.Expression) -> str | None:
+    """Why the tree is too big or uses something not allowed; None if it is fine.
+
+    Iterative (no recursion), so a deep tree is measured, not a RecursionError."""
+    count = 0
+    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_EXPRESSION_NODES:
+            return f"more than {MAX_EXPRESSION_NODES} syntax nodes (the limit)"
+        if depth > MAX_EXPRESSION_DEPTH:
+            return f"nested more than {MAX_EXPRESSION_DEPTH} levels deep (the limit)"
+        if not isinstance(node, _ALLOWED_NODES):
+            return f"{type(node).__name__} is not allowed in a condition"
+        if isinstance(node, ast.FormattedValue) and node.format_spec is not None:
+            return "format specs in f-strings are not allowed in a condition"
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute):
+                if func.attr not in SAFE_METHODS:
+                    return (
+                        f"method {func.attr!r} is not allowed in a condition (allowed: "
+                        f"{', '.join(sorted(SAFE_METHODS))})"
+                    )
+            elif not isinstance(func, ast.Name):
+                return "only named functions and allowed methods can be called"
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return None
 
 
 def _unknown_names(root: ast.expr) -> set[str]:
@@ -107,8 +226,121 @@ def _unknown_names(root: ast.expr) -> set[str]:
     }
 
 
-def evaluate(parsed: ast.expr, text: str, ctx: Mapping[str, Any]) -> Any:
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, str | bytes | list | tuple | dict | set) else 0
+
+
+def _int_bits(value: Any) -> int:
+    return abs(value).bit_length() if isinstance(value, int) else 0
+
+
+class _Bounded(EvalWithCompoundTypes):  # type: ignore[misc]
+    """simpleeval with a step count, a built-size budget and size-checked operators."""
+
+    def __init__(self, names: dict[str, Any]) -> None:
+        self.steps = 0
+        self.built = 0
+        operators = dict(DEFAULT_OPERATORS)
+        operators.update(
+            {
+                ast.Pow: self._pow,
+                ast.Mult: self._mult,
+                ast.Add: self._add,
+                ast.LShift: self._lshift,
+                ast.Mod: self._mod,
+            }
+        )
+        super().__init__(operators=operators, functions=dict(FUNCTIONS), names=names)
+
+    def _eval(self, node: ast.AST) -> Any:
+        self.steps += 1
+        if self.steps > MAX_EVAL_STEPS:
+            raise ExpressionLimit(f"more than {MAX_EVAL_STEPS} evaluation steps")
+        result = super()._eval(node)
+        if not isinstance(node, ast.Name | ast.Constant | ast.Attribute | ast.Subscript):
+            self._charge(_size(result))
+        return result
+
+    def _charge(self, n: int) -> None:
+        self.built += n
+        if self.built > MAX_BUILT_LENGTH:
+            raise ExpressionLimit(f"builds more than {MAX_BUILT_LENGTH} characters/items in all")
+
+    def _room(self, n: int, what: str) -> None:
+        if self.built + n > MAX_BUILT_LENGTH:
+            raise ExpressionLimit(
+                f"{what} would build {n} characters/items (the limit is {MAX_BUILT_LENGTH} in all)"
+            )
+
+    @staticmethod
+    def _bits(bits: int, what: str) -> None:
+        if bits > MAX_INT_BITS:
+            raise ExpressionLimit(
+                f"{what} would make an integer of about {bits} bits (the limit is {MAX_INT_BITS})"
+            )
+
+    def _pow(self, a: Any, b: Any) -> Any:
+        if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1:
+            self._bits(_int_bits(a) * b if b < 10**9 else 10**18, "**")
+        return operator.pow(a, b)
+
+    def _mult(self, a: Any, b: Any) -> Any:
+        if isinstance(a, int) and isinstance(b, int):
+            self._bits(_int_bits(a) + _int_bits(b), "*")
+        for seq, n in ((a, b), (b, a)):
+            if _size(seq) and isinstance(n, int):
+                self._room(_size(seq) * max(n, 0), "*")
+        return operator.mul(a, b)
+
+    def _add(self, a: Any, b: Any) -> Any:
+        if _size(a) and _size(b):
+            self._room(_size(a) + _size(b), "+")
+        return operator.add(a, b)
+
+    def _lshift(self, a: Any, b: Any) -> Any:
+        if isinstance(a, int) and isinstance(b, int) and b > 0:
+            self._bits(_int_bits(a) + b, "<<")
+        return operator.lshift(a, b)
+
+    @staticmethod
+    def _mod(a: Any, b: Any) -> Any:
+        if isinstance(a, str | bytes):
+            raise ExpressionLimit("% formatting of strings is not allowed in a condition")
+        return operator.mod(a, b)
+
+
+def frozen_copy(value: Any) -> Any:
+    """A private copy of JSON-like ``value`` (dicts, lists): what an evaluation sees, so
+    nothing it does reaches the caller's data. Iterative: depth is no problem."""
+    if not isinstance(value, dict | list):
+        return value
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(root, 0, value)]
+    while stack:
+        parent, key, item = stack.pop()
+        if isinstance(item, dict):
+            copy_d: dict[Any, Any] = {}
+            parent[key] = copy_d
+            stack.extend((copy_d, k, v) for k, v in item.items())
+        elif isinstance(item, list | tuple):
+            copy_l: list[Any] = [None] * len(item)
+            parent[key] = copy_l
+            stack.extend((copy_l, i, v) for i, v in enumerate(item))
+        else:
+            parent[key] = item
+    return root[0]
+
+
+def evaluate(parsed: ast.expr, text: str, ctx: Mapping[str, Any], *, private: bool = False) -> Any:
     """The value of the parsed expression ``parsed`` (``text`` is its source, for errors)
-    with ``ctx`` bound to the name ``ctx``. A fresh evaluator per call: nothing shared."""
-    evaluator = EvalWithCompoundTypes(names={"ctx": ctx}, functions=dict(FUNCTIONS))
-    return evaluator.eval(text, previously_parsed=parsed)
+    with a private copy of ``ctx`` bound to the name ``ctx`` (``private``: ``ctx`` already
+    is one, made by :func:`frozen_copy`). A fresh evaluator per call: nothing shared.
+
+    Raises:
+        ExpressionLimit: the evaluation went over a bound (see the module's docstring).
+    """
+    evaluator = _Bounded(names={"ctx": ctx if private else frozen_copy(dict(ctx))})
+    try:
+        return evaluator.eval(text, previously_parsed=parsed)
+    except LIMIT_ERRORS as exc:
+        raise ExpressionLimit(f"{type(exc).__name__}: {exc}") from None

@@ -9,8 +9,9 @@ downstream of it can run before.
 
 Stored definitions never carry code: a ``python`` node names a function registered
 here, a ``condition`` evaluates its expressions with simpleeval (no ``eval``; parsed
-once when the definition is loaded, see :mod:`.expressions`), a
-``sub_workflow`` names a registered state-machine workflow type.
+once when the definition is loaded, bounded, on a private copy of the context, see
+:mod:`.expressions`), a ``sub_workflow`` names a state-machine workflow type the
+registry allows (:meth:`Registry.workflow`, :meth:`Registry.allow_workflow`).
 
 A registered function can read :func:`node_context` while it runs (its instance, node,
 run and try, and whether the instance was cancelled meanwhile).
@@ -30,16 +31,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
-from ..errors import Fail, InputError
+from ..errors import DefinitionError, Fail, InputError
 from ..events import Status
 from ..limits import check_payload
 from ..store import NewInstance, Store
-from .expressions import EXPRESSION_ERRORS, evaluate
+from .expressions import EXPRESSION_ERRORS, ExpressionLimit, evaluate, frozen_copy
 from .models import (
     DONE_HANDLE,
     ELSE_HANDLE,
     LOOP_HANDLE,
     ConditionConfig,
+    DagDefinition,
     DataQueryConfig,
     DelayConfig,
     EndConfig,
@@ -85,25 +87,77 @@ class Registry:
         self._functions: dict[str, Registered] = {}
         self._queries: dict[str, Registered] = {}
         self._workflows: dict[str, WorkflowClass] = {}
+        self._allowed: set[str] = set()
 
     def workflow(self, cls: W) -> W:
-        """Register a state-machine workflow ``sub_workflow`` nodes may start by type name.
+        """Allow ``sub_workflow`` nodes to start the state-machine workflow ``cls`` (by its
+        type name). Usable as a class decorator.
 
-        Usable as a class decorator. A runner's own hosted workflows need no registration.
+        The registry's workflows are an allow-list: a ``sub_workflow`` node can start only
+        these (and the names given to :meth:`allow_workflow`), never any other workflow
+        a runner happens to host.
         """
-        self._workflows[cls.spec().workflow_type] = cls
+        name = cls.spec().workflow_type
+        self._workflows[name] = cls
+        self._allowed.add(name)
         return cls
+
+    def allow_workflow(self, *names: str) -> None:
+        """Allow ``sub_workflow`` nodes to start the workflows of these type names that the
+        runner hosts (its own workflow classes), without registering the classes here."""
+        for name in names:
+            if not name:
+                raise ValueError("a workflow type name must not be empty")
+            self._allowed.add(name)
+
+    @property
+    def workflow_targets(self) -> frozenset[str]:
+        """The workflow types ``sub_workflow`` nodes may start (the allow-list)."""
+        return frozenset(self._allowed)
 
     def get_workflow(
         self, name: str, hosted: Mapping[str, WorkflowClass] | None = None
     ) -> WorkflowClass:
+        """The class to start for a ``sub_workflow`` target.
+
+        Raises:
+            Fail: ``workflow_not_allowed`` (not in the allow-list) or ``unknown_workflow``
+                (allowed, but neither registered nor hosted by this runner).
+        """
+        if name not in self._allowed:
+            raise Fail(
+                f"sub_workflow target {name!r} is not allowed by the DAG registry (allowed: "
+                f"{sorted(self._allowed)}): register it with Registry.workflow(cls) or "
+                "Registry.allow_workflow(name)",
+                code="workflow_not_allowed",
+            )
         cls = self._workflows.get(name) or (hosted or {}).get(name)
         if cls is None:
-            known = sorted({*self._workflows, *(hosted or {})})
             raise Fail(
-                f"no workflow registered as {name!r} (known: {known})", code="unknown_workflow"
+                f"no workflow registered as {name!r} (known: "
+                f"{sorted({*self._workflows, *(hosted or {})})})",
+                code="unknown_workflow",
             )
         return cls
+
+    def check_definition(self, definition: DagDefinition) -> None:
+        """Refuse a definition whose ``sub_workflow`` nodes start a workflow not allowed.
+
+        Raises:
+            DefinitionError: one line per such node.
+        """
+        problems = []
+        for node in definition.nodes:
+            if node.type != "sub_workflow":
+                continue
+            target = node.config.get("workflow")
+            if isinstance(target, str) and target not in self._allowed:
+                problems.append(
+                    f"node {node.id!r}: sub_workflow target {target!r} is not allowed by the "
+                    f"DAG registry (allowed: {sorted(self._allowed)})"
+                )
+        if problems:
+            raise DefinitionError(f"DAG {definition.name!r}", problems)
 
     def function(
         self, name: str | None = None, *, timeout: float | None = None
@@ -162,6 +216,10 @@ class LoopState:
     """The loop node's own previous output (its iteration state)."""
     result: Any
     """What the body produced in the iteration that just ended (back-edge sources)."""
+    items: list[Any] | None = None
+    """The round's items: recorded once, in the output of its first iteration."""
+    results: list[Any] | None = None
+    """Every iteration's result, gathered once the last iteration has ended."""
 
 
 def _never() -> bool:
@@ -309,21 +367,36 @@ class InternalError(Exception):
     it (after its retries the runner quarantines the instance: STALLED, redrivable)."""
 
 
+def _short(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters: an error message built from data (a missing
+    key's repr, say) must not copy that data into the log."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 async def _condition(call: NodeCall) -> NodeResult:
     if not isinstance(call.config, ConditionConfig):
         raise TypeError(f"{call.node.id}: expected ConditionConfig, got {call.config!r}")
+    # One private copy for every branch: an expression never reaches the runner's cache.
+    ctx = frozen_copy(dict(call.ctx))
     for branch in call.config.branches:
         try:
-            value = evaluate(branch.parsed, branch.when, call.ctx)
+            value = evaluate(branch.parsed, branch.when, ctx, private=True)
+        except ExpressionLimit as exc:
+            raise Fail(
+                f"branch {branch.handle!r}: {_short(branch.when)!r} went over a limit: "
+                f"{_short(str(exc))}",
+                code="expression_limit",
+            ) from None
         except EXPRESSION_ERRORS as exc:
             raise Fail(
-                f"branch {branch.handle!r}: {branch.when!r} failed: {type(exc).__name__}: {exc}",
+                f"branch {branch.handle!r}: {_short(branch.when)!r} failed: "
+                f"{type(exc).__name__}: {_short(str(exc))}",
                 code="bad_expression",
             ) from exc
         except Exception as exc:
             raise InternalError(
-                f"branch {branch.handle!r}: evaluating {branch.when!r} raised "
-                f"{type(exc).__name__}: {exc}"
+                f"branch {branch.handle!r}: evaluating {_short(branch.when)!r} raised "
+                f"{type(exc).__name__}: {_short(str(exc))}"
             ) from exc
         if value:
             return NodeResult({"branch": branch.handle}, branch.handle)
@@ -344,22 +417,33 @@ async def _delay(call: NodeCall) -> NodeResult:
 
 
 async def _loop(call: NodeCall) -> NodeResult:
+    """One step of a loop: its next item on ``loop``, or its results on ``done``.
+
+    The item list is written to the log once, in the round's first output
+    (``{item, index, items, start}``); each later iteration's output is
+    ``{item, index, result, start}`` -- the previous iteration's result -- so a round of
+    n items logs O(n), not the whole list (and every result so far) n times.
+    """
     if not isinstance(call.config, LoopConfig):
         raise TypeError(f"{call.node.id}: expected LoopConfig, got {call.config!r}")
     state = call.loop
     prev = state.previous if state is not None and not state.entry else None
-    if prev is None:
+    if prev is None or state is None:
         items = resolve(call.config.items, call.ctx)
         if not isinstance(items, list):
             raise Fail(f"loop items must be a list, got {type(items).__name__}", code="bad_items")
-        index, results = 0, []
-    else:
-        items = list(prev.get("items", []))
-        results = [*prev.get("results", []), state.result if state is not None else None]
-        index = int(prev.get("index", -1)) + 1
-    if index < len(items):
-        out = {"item": items[index], "index": index, "items": items, "results": results}
+        if not items:
+            return NodeResult({"results": [], "count": 0}, DONE_HANDLE)
+        out = {"item": items[0], "index": 0, "items": items, "start": call.run}
         return NodeResult(out, LOOP_HANDLE)
+    if state.items is None:
+        raise Fail(f"loop {call.node.id!r}: the round's items are not in the log", code="bad_items")
+    index = int(prev.get("index", -1)) + 1
+    start = prev.get("start", call.run - 1)
+    if index < len(state.items):
+        out = {"item": state.items[index], "index": index, "result": state.result}
+        return NodeResult({**out, "start": start}, LOOP_HANDLE)
+    results = list(state.results or [])
     return NodeResult({"results": results, "count": len(results)}, DONE_HANDLE)
 
 

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic.alias_generators import to_camel
 
 from ..errors import DefinitionError
+from ..limits import check_dag_size
 from ..retry import RetryPolicy
 from .expressions import compile_expression
 
@@ -502,6 +503,9 @@ def _find_cycle(
     white, grey, black = 0, 1, 2
     colour = dict.fromkeys(nodes, white)
     parent: dict[str, str] = {}
+    # Each node's forward edges, listed once: recomputing them on every visit of a
+    # node made the search quadratic in its fan-out.
+    forward = {n: [e for e in outgoing[n] if _key(e) not in back] for n in nodes}
     for root in nodes:
         if colour[root] != white:
             continue
@@ -509,7 +513,7 @@ def _find_cycle(
         colour[root] = grey
         while stack:
             n, i = stack[-1]
-            edges = [e for e in outgoing[n] if _key(e) not in back]
+            edges = forward[n]
             if i < len(edges):
                 stack[-1] = (n, i + 1)
                 t = edges[i].target
@@ -538,13 +542,25 @@ def load(data: str | bytes | Mapping[str, Any] | DagDefinition) -> DagDefinition
         DefinitionError: every structural and graph problem found.
     """
     if isinstance(data, DagDefinition):
+        check_size(data)
         check(data)
         return data
+    if isinstance(data, str | bytes):
+        # Measured before parsing: a huge text is refused without building it.
+        size = len(data.encode() if isinstance(data, str) else data)
+        check_dag_size("DAG", size, None)
     try:
         raw = json.loads(data) if isinstance(data, str | bytes) else dict(data)
-    except json.JSONDecodeError as exc:
-        raise DefinitionError("DAG", [f"not JSON: {exc}"]) from exc
-    name = str(raw.get("name", "DAG")) if isinstance(raw, dict) else "DAG"
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise DefinitionError("DAG", [f"not JSON: {exc}"]) from None
+    name = str(raw.get("name", "DAG"))[:200] if isinstance(raw, dict) else "DAG"
+    if isinstance(raw, dict):
+        nodes = raw.get("nodes")
+        check_dag_size(
+            name,
+            None if isinstance(data, str | bytes) else _json_size(raw),
+            len(nodes) if isinstance(nodes, list) else None,
+        )
     try:
         definition = DagDefinition.model_validate(raw)
     except ValidationError as exc:
@@ -555,6 +571,22 @@ def load(data: str | bytes | Mapping[str, Any] | DagDefinition) -> DagDefinition
         raise DefinitionError(f"DAG {name!r}", problems) from None
     check(definition)
     return definition
+
+
+def _json_size(raw: Any) -> int:
+    try:
+        return len(json.dumps(raw, separators=(",", ":"), default=str).encode())
+    except (ValueError, RecursionError) as exc:
+        raise DefinitionError("DAG", [f"not JSON-serialisable: {exc}"]) from None
+
+
+def check_size(definition: DagDefinition) -> None:
+    """Refuse a definition over ``SWF_MAX_DAG_BYTES`` (its JSON) or ``SWF_MAX_DAG_NODES``.
+
+    Raises:
+        DefinitionError: naming the limit, the value and the setting.
+    """
+    check_dag_size(definition.name, _json_size(definition.dump()), len(definition.nodes))
 
 
 def _where(raw: Any, loc: tuple[int | str, ...]) -> str:
@@ -635,5 +667,6 @@ class DagBuilder:
             type=self.type,
             description=self.description,
         )
+        check_size(definition)
         check(definition)
         return definition
