@@ -24,12 +24,13 @@ import os
 import tempfile
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from statemachine_wf import (
     COMPLETED,
     Client,
     Fail,
+    InputError,
     ReconcileContext,
     Reconciliation,
     Retry,
@@ -161,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             ids.append(instance_id)
     try:
         client.start(Payout, {"payout_id": "p-1004", "account": "x", "amount_cents": -5})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        print(f"start p-1004 refused, nothing written: {err['loc'][0]}: {err['msg']}")
+    except InputError as exc:  # names each refused field: exc.fields
+        field, problem = exc.fields[0]
+        print(f"start p-1004 refused, nothing written: {field}: {problem}")
 
     print("\nrunning a worker until everything is done ...\n")
     Runner(

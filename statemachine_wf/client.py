@@ -58,10 +58,11 @@ def once_more(call: Callable[[], T]) -> T:
 def invalid_input(where: str, model: type[BaseModel], exc: ValidationError) -> InputError:
     """The :class:`InputError` for ``exc``: each failing field and its problem, no values
     (an input may hold secrets); pydantic's error is the ``__cause__`` (raise ``from``)."""
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '(input)'}: {e['msg']}" for e in exc.errors()
+    fields = tuple(
+        (".".join(str(p) for p in e["loc"]) or "(input)", e["msg"]) for e in exc.errors()
     )
-    return InputError(f"{where} does not fit {model.__name__}: {problems}")
+    problems = "; ".join(f"{field}: {msg}" for field, msg in fields)
+    return InputError(f"{where} does not fit {model.__name__}: {problems}", fields=fields)
 
 
 def wait_for_status(

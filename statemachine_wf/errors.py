@@ -85,7 +85,13 @@ class InputError(WorkflowError, ValueError):
     schedule, the keys, the payload limit), naming the field and the problem; when the
     input model refused the input, pydantic's ``ValidationError`` is its ``__cause__``.
     It is a ``ValueError`` too.
+
+    Attributes:
+        fields: ``(field, problem)`` pairs where the input model refused fields (dotted
+            paths, ``"(input)"`` for the whole value); empty otherwise.
     """
+
+    fields: tuple[tuple[str, str], ...] = ()
 
 
 class UnknownWorkflowType(InputError):

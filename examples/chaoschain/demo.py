@@ -42,10 +42,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from examples.contracts import chaoschain_artifact
-from statemachine_wf import Client, Runner, RunnerOptions, Status, Workflow, open_store
+from statemachine_wf import (
+    Client,
+    InputError,
+    Runner,
+    RunnerOptions,
+    Status,
+    Workflow,
+    open_store,
+)
 from statemachine_wf.adapters.arweave import ArweaveClient, ArweaveWallet, start_arlocal
 from statemachine_wf.adapters.ethereum import (
     EthereumClient,
@@ -178,9 +184,9 @@ def _phases(world: World) -> Iterator[tuple[str, list[str]]]:
     print(f"  work-1 started again with the same key -> same instance: {again == works[0]}")
     try:
         client.start(WorkSubmission, {**_work_input(0, hashes), "data_hash": "0x1234"})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        print(f"  malformed input refused, nothing written: {err['loc'][0]}: {err['msg']}")
+    except InputError as exc:  # names each refused field: exc.fields
+        field, problem = exc.fields[0]
+        print(f"  malformed input refused, nothing written: {field}: {problem}")
     yield "3 WorkSubmissions (evidence to Arweave, then submitWork)", works
     scores = [
         client.start(
