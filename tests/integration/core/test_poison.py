@@ -385,3 +385,37 @@ def test_a_schema_newer_than_the_code_is_refused(store: Store) -> None:
     assert "upgrade" in str(info.value)
     with pytest.raises(SchemaTooNew):
         Runner(store, ALL, dependencies=deps()).start()
+
+
+def test_the_cli_read_commands_show_undecodable_rows_instead_of_crashing(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from statemachine_wf.cli import main
+
+    client = Client(store, ALL)
+    poison = client.start(Keeps, {"data": 1})
+    store_deep_input(store, poison)
+    waiting = client.start(Waits, {})
+    run(store, deps())
+    client.signal(waiting, "go", {"placeholder": 1})
+    cast = "%s" if store.dialect == "sqlite" else "%s::jsonb"
+    raw(
+        store,
+        f"UPDATE wf_signals SET payload = {cast} WHERE instance_id = %s AND kind = 'signal'",
+        (DEEP_TEXT, waiting),
+    )
+    if store.dialect == "sqlite":
+        where = ["--db", f"sqlite:///{store.path}"]  # type: ignore[attr-defined]
+    else:
+        where = ["--db", store.url, "--schema", store.schema]  # type: ignore[attr-defined]
+    capsys.readouterr()
+    for command, shown in (
+        (["list"], poison),
+        (["status", poison], "nested too deep to decode"),
+        (["status", "--json", poison], "undecodable"),
+        (["history", poison], "undecodable"),
+        (["signals", waiting, "--list"], "pending=2"),
+        (["signals", "--list"], "pending=2"),
+    ):
+        assert main([*where, *command]) == 0, command
+        assert shown in capsys.readouterr().out, command
