@@ -46,8 +46,15 @@ def check_payload(what: str, value: Any, limit: int | None = None) -> int:
         PayloadTooLarge: it is over ``limit`` (default :func:`max_payload_bytes`); the
             message names ``what``, the size and the limit.
     """
-    check_value(what, value)
-    size = len(json.dumps(value, separators=(",", ":"), default=str).encode())
+    try:
+        text: str | None = json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
+    except (ValueError, RecursionError):
+        text = None
+    if text is None or _suspect(text, MAX_JSON_DEPTH):
+        check_value(what, value)  # walks the value only when the text says it may be poison
+    if text is None:
+        text = json.dumps(value, separators=(",", ":"), default=str)
+    size = len(text.encode())
     cap = max_payload_bytes() if limit is None else limit
     if size > cap:
         raise PayloadTooLarge(what, size, cap)
@@ -140,6 +147,12 @@ def check_value(what: str, value: Any) -> None:
         raise InputError(f"{where} {problem}; nothing was written", path=where, problem=problem)
 
 
+def _suspect(text: str, depth: int) -> bool:
+    """Whether JSON ``text`` may nest deeper than ``depth`` or hold a NUL or a surrogate
+    (then the value is walked; the common value is not)."""
+    return text.count("[") + text.count("{") > depth or _ESCAPED_POISON.search(text) is not None
+
+
 def checked_dumps(value: Any, **options: Any) -> str:
     """``json.dumps(value)`` for a store, refusing what some store cannot keep.
 
@@ -155,11 +168,7 @@ def checked_dumps(value: Any, **options: Any) -> str:
         text = json.dumps(value, allow_nan=False, **options)
     except (ValueError, RecursionError):
         text = None
-    if (
-        text is None
-        or text.count("[") + text.count("{") > MAX_STORED_DEPTH
-        or _ESCAPED_POISON.search(text) is not None
-    ):
+    if text is None or _suspect(text, MAX_STORED_DEPTH):
         found = value_problem(value, max_depth=MAX_STORED_DEPTH)
         if found is not None:
             path, problem = found
