@@ -419,3 +419,16 @@ def test_the_cli_read_commands_show_undecodable_rows_instead_of_crashing(
     ):
         assert main([*where, *command]) == 0, command
         assert shown in capsys.readouterr().out, command
+
+
+def test_redriving_a_dead_letter_with_a_deep_input_is_refused_by_name(store: Store) -> None:
+    from statemachine_wf.inbox import redrive
+
+    store.register_types(["t.poison.elsewhere.v1"], by="test")  # hosted by another runner
+    envelope = {"type": "t.poison.elsewhere.v1", "input": {"data": nested(70)}}
+    store.dead_letter(instance_id=None, envelope=envelope, reason="test", worker="w")
+    (letter,) = store.dead_letters()
+    with pytest.raises(InputError) as info:
+        redrive(Client(store, []), int(letter["id"]), by="op")
+    assert str(info.value).startswith(f"dead letter {letter['id']} input.data[0]")
+    assert store.list_instances() == []
