@@ -432,3 +432,22 @@ def test_redriving_a_dead_letter_with_a_deep_input_is_refused_by_name(store: Sto
         redrive(Client(store, []), int(letter["id"]), by="op")
     assert str(info.value).startswith(f"dead letter {letter['id']} input.data[0]")
     assert store.list_instances() == []
+
+
+def test_stored_json_too_deep_is_undecodable_whatever_the_recursion_limit() -> None:
+    import sys
+
+    from statemachine_wf.stores._common import loads
+
+    limit = sys.getrecursionlimit()
+    for recursion_limit in (1000, 20_000):
+        sys.setrecursionlimit(recursion_limit)
+        try:
+            value = loads(DEEP_TEXT)
+            as_bytes = loads(DEEP_TEXT.encode())
+        finally:
+            sys.setrecursionlimit(limit)
+        assert isinstance(value, Undecodable)
+        assert isinstance(as_bytes, Undecodable)
+        assert "nested too deep to decode" in value.reason
+    assert loads(json.dumps(nested(90))) == nested(90)  # what the stores write reads back
