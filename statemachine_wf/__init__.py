@@ -16,6 +16,7 @@ from .config import Config
 from .context import ReconcileContext, Reconciliation, StepContext
 from .errors import (
     ConcurrencyConflict,
+    DataRejected,
     DefinitionError,
     Fail,
     InputError,
@@ -27,6 +28,7 @@ from .errors import (
     PayloadTooLarge,
     ProgressConflict,
     Retry,
+    SchemaTooNew,
     Snooze,
     Stall,
     StepFailure,
@@ -50,6 +52,7 @@ __all__ = [
     "Client",
     "ConcurrencyConflict",
     "Config",
+    "DataRejected",
     "DefinitionError",
     "EventRecord",
     "Fail",
@@ -68,6 +71,8 @@ __all__ = [
     "RetryPolicy",
     "Runner",
     "RunnerOptions",
+    "SchemaTooNew",
+    "SchemaTooNew",
     "Snooze",
     "Stall",
     "Status",

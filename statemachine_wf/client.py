@@ -30,7 +30,7 @@ from .errors import (
 )
 from .events import EventRecord, Status
 from .fold import Projection, fold
-from .limits import check_payload
+from .limits import check_payload, check_value, text_problem
 from .store import Commit, InstanceRecord, NewInstance, Store
 from .waits import NewSignal
 from .workflow import SIGNAL_PATTERN, Workflow, WorkflowSpec
@@ -172,6 +172,9 @@ class Client:
         cls = self._class(workflow)
         spec = cls.spec()
         model = spec.input_model
+        if not isinstance(input, model):  # before pydantic, which recurses
+            check_value("input", input)
+        _check_key("idempotency_key", idempotency_key)
         try:
             data = input if isinstance(input, model) else model.model_validate(input)
         except ValidationError as exc:
@@ -232,6 +235,9 @@ class Client:
             )
         news = []
         for i, (item, key) in enumerate(zip(inputs, keys, strict=True)):
+            if not isinstance(item, model):  # before pydantic, which recurses
+                check_value(f"inputs[{i}]", item)
+            _check_key(f"idempotency_keys[{i}]", key)
             try:
                 data = item if isinstance(item, model) else model.model_validate(item)
             except ValidationError as exc:
@@ -373,6 +379,7 @@ class Client:
             raise InputError("token must be a non-empty string of at most 200 characters")
         if not (delay >= 0 and math.isfinite(delay)):
             raise InputError(f"delay must be a finite number >= 0, got {delay}")
+        check_value(f"signal {name!r} payload", payload)  # deep, NUL, NaN: named, no RecursionError
         try:
             json.dumps(payload, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -591,3 +598,11 @@ class Client:
         return self.store.count_instances(
             status=_statuses(status), type_prefix=type_prefix, include_deleted=include_deleted
         )
+
+
+def _check_key(what: str, key: object) -> None:
+    """An idempotency key PostgreSQL cannot store (a NUL, a lone surrogate) is refused on
+    every store, before anything is written."""
+    problem = text_problem(key) if isinstance(key, str) else None
+    if problem is not None:
+        raise InputError(f"{what} {problem}; nothing was written")

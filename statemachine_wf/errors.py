@@ -17,6 +17,7 @@ The tree::
     │   ├── DataRejected           the database refused this data; retrying cannot help
     │   ├── StoreUnavailable       the database could not be reached (lost, restarting, down)
     │   └── MigrationError
+    │       └── SchemaTooNew       the database was migrated by a newer statemachine_wf
     ├── MissingDependencies        a runner was not given what its workflows declare
     └── StepFailure                raised *by actions* to classify a failure explicitly
         ├── Retry                  retry with backoff (the retry policy decides when to give up)
@@ -178,6 +179,23 @@ class StoreUnavailable(StoreError):
 
 class MigrationError(StoreError):
     """The database schema could not be migrated."""
+
+
+class SchemaTooNew(MigrationError):
+    """The database schema is newer than this code: refusing to use it.
+
+    A newer statemachine_wf migrated it (``found``); this one knows migrations up to
+    ``known``. Running old code on a newer schema could write rows the newer runners
+    misread, so ``migrate``, the stores and ``Runner.start`` refuse instead.
+    """
+
+    def __init__(self, found: int, known: int) -> None:
+        self.found = found
+        self.known = known
+        super().__init__(
+            f"the database schema is at version {found}, newer than this statemachine_wf "
+            f"knows (up to {known}): upgrade statemachine_wf; refusing to use it"
+        )
 
 
 class MissingDependencies(WorkflowError):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import InputError, InvalidState, NotFound, UnknownWorkflowType
 from .events import Status
+from .limits import check_payload
 from .store import RESOLVE_ON_CLAIM, NewInstance
 
 if TYPE_CHECKING:
@@ -92,7 +93,8 @@ def _start_envelope(client: Client, letter_id: int, envelope: dict[str, Any]) ->
     if type_name not in client.store.registered_types():
         raise UnknownWorkflowType(type_name, sorted(client.classes))
     # Known to a runner but not to this client: like a SQL producer, the claiming runner
-    # resolves the initial step and validates the input.
+    # resolves the initial step and validates the input (not too deep, no NUL: here).
+    check_payload(f"dead letter {letter_id} input", envelope["input"])
     new_id, _ = client.store.create(
         NewInstance(
             id=str(uuid.uuid4()),

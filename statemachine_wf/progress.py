@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .errors import InputError, ProgressConflict
+from .limits import check_value
 
 
 def merge_progress(
@@ -26,6 +27,8 @@ def merge_progress(
             f"{model.__name__} has no field(s) {unknown}; declared: {sorted(model.model_fields)}"
         )
     validated = model.model_validate({**current, **delta}).model_dump(mode="json")
+    for key in delta:
+        check_value(f"progress.{key}", validated[key])  # what no store can keep: InputError
     for key in delta:
         old = current.get(key)
         new = validated[key]

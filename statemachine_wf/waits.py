@@ -33,6 +33,7 @@ from .decide import Decision, KeepTask, Park, SignalWrites, Timer
 from .errors import InvalidState, Parked
 from .events import Ev, NewEvent
 from .fold import Projection, apply_all
+from .limits import value_problem
 from .workflow import WorkflowSpec
 
 
@@ -67,13 +68,18 @@ class SignalRecord:
     payload_error: str | None = None
 
     def envelope(self) -> dict[str, Any]:
-        """The row as it goes into ``wf_dead_letters`` (the token is left out)."""
+        """The row as it goes into ``wf_dead_letters`` (the token is left out; a payload no
+        store can keep is replaced by what is wrong with it)."""
+        payload = self.payload
+        found = value_problem(payload)
+        if found is not None:
+            payload = {"undecodable": f"{found[0]} {found[1]}"}
         return {
             "signal": self.id,
             "instance_id": self.instance_id,
             "kind": self.kind,
             "name": self.name,
-            "payload": self.payload,
+            "payload": payload,
             "tokened": self.token is not None,
         }
 
@@ -108,6 +114,9 @@ def payload_problem(signal: SignalRecord, max_payload: int) -> str | None:
     """Why a signal's payload cannot be applied, or None."""
     if signal.payload_error is not None:
         return f"payload is not JSON: {signal.payload_error}"
+    found = value_problem(signal.payload)  # stored before the SQL checks of migration 010
+    if found is not None:
+        return f"payload {found[0]} {found[1]}"
     size = len(json.dumps(signal.payload, separators=(",", ":")).encode())
     if size > max_payload:
         return f"payload is {size} bytes; the limit is {max_payload} bytes"

@@ -12,6 +12,7 @@ from ..decide import Decision, Park
 from ..errors import InputError
 from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
+from ..limits import MAX_STORED_DEPTH, checked_dumps
 from ..store import DagCommit, InstanceRecord, TaskRecord
 from ..waits import SignalRecord
 
@@ -22,7 +23,77 @@ Encode = Callable[[Any], Any]
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    """The JSON text a store writes; refuses what some store cannot keep (DataRejected)."""
+    return checked_dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+class Undecodable(dict[str, Any]):
+    """A stored JSON value this process cannot decode (nested too deep, or not JSON).
+
+    Written by an old version, a direct UPDATE or a producer before migration 010. It is a
+    ``dict`` (``{"undecodable": reason}``) so the read commands show it instead of
+    crashing; a claim that meets one quarantines the instance with the reason (a
+    dead letter), and a signal whose payload is one is dead-lettered.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(undecodable=reason)
+        self.reason = reason
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads``, but a value nested too deep to decode is :class:`Undecodable`.
+
+    Raises:
+        ValueError: ``text`` is not JSON.
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        return Undecodable(f"stored JSON ({len(text)} bytes) is nested too deep to decode")
+    if isinstance(text, str):
+        brackets = text.count("[") + text.count("{")
+    else:
+        brackets = text.count(b"[") + text.count(b"{")
+    if brackets > MAX_READ_DEPTH and _too_deep(value, MAX_READ_DEPTH):
+        # Decoded only because this process allows deep recursion: still poison (SQLite's
+        # JSON functions refuse it, and writing it back would be refused).
+        return Undecodable(
+            f"stored JSON ({len(text)} bytes) is nested too deep to decode "
+            f"(over {MAX_READ_DEPTH} levels)"
+        )
+    return value
+
+
+MAX_READ_DEPTH = MAX_STORED_DEPTH + 16
+"""Deeper than this a stored value is :class:`Undecodable` even when Python could decode
+it: the deepest a store writes (:data:`~statemachine_wf.limits.MAX_STORED_DEPTH`) plus
+what a read wraps around it (a row as JSON, an aggregate of rows)."""
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def undecodable(record: InstanceRecord) -> str | None:
+    """Why a field of ``record`` could not be decoded, or None when every field was."""
+    for name in ("input", "progress", "error", "attempts", "waits"):
+        value = getattr(record, name)
+        if isinstance(value, Undecodable):
+            return f"stored {name}: {value.reason}"
+    return None
 
 
 def key_clash(key: str, existing_id: str, existing_type: str, wanted_type: str) -> InputError:
@@ -121,7 +192,12 @@ def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
 
 
 def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str | bytes) else value
+    if not isinstance(value, str | bytes):
+        return value
+    try:
+        return loads(value)
+    except ValueError as exc:  # text a direct write left in a SQLite JSON column
+        return Undecodable(f"stored text is not JSON: {exc}")
 
 
 def _time(value: Any) -> float:
@@ -166,9 +242,11 @@ def signal_record(row: Mapping[str, Any], *, decoded: bool) -> SignalRecord:
     payload, problem = raw, None
     if not decoded:
         try:
-            payload = json.loads(raw)
+            payload = loads(raw)
         except ValueError as exc:
             problem = str(exc)
+    if isinstance(payload, Undecodable):
+        problem = payload.reason
     return SignalRecord(
         id=int(row["id"]),
         instance_id=str(row["instance_id"]),

@@ -31,12 +31,13 @@ from ..errors import (
     MigrationError,
     NotFound,
     PayloadTooLarge,
+    SchemaTooNew,
     StoreError,
     StoreUnavailable,
 )
 from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
-from ..limits import configured_max_payload_bytes
+from ..limits import checked_dumps, configured_max_payload_bytes
 from ..store import (
     Claim,
     Commit,
@@ -50,18 +51,21 @@ from ..store import (
 )
 from ..waits import NewSignal, SignalRecord
 from ._common import (
+    Undecodable,
     Wakeup,
     dag_apply_params,
     event_dicts,
     event_record,
     instance_record,
     key_clash,
+    loads,
     new_event_dicts,
     projection_params,
     signal_counts,
     signal_record,
     signal_write_params,
     task_record,
+    undecodable,
 )
 from ._live import LiveHub, Subscription
 from ._sql import migrations, queries
@@ -70,7 +74,7 @@ try:
     import psycopg
     from psycopg import sql
     from psycopg.rows import dict_row
-    from psycopg.types.json import Jsonb
+    from psycopg.types.json import Jsonb, set_json_loads
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -198,7 +202,14 @@ class _Health:
 
 
 def _encode(value: Any) -> Any:
-    return Jsonb(value)
+    return _jsonb(value)
+
+
+def _jsonb(value: Any) -> Jsonb:
+    """A jsonb parameter, checked and encoded by the check both stores share
+    (:func:`~statemachine_wf.limits.checked_dumps`): DataRejected for what no store keeps."""
+    text = checked_dumps(value)
+    return Jsonb(value, dumps=lambda _: text)
 
 
 def _letter(row: dict[str, Any]) -> dict[str, Any]:
@@ -312,6 +323,10 @@ class PostgresStore:
     # -- plumbing ---------------------------------------------------------------------
     def _configured(self, conn: psycopg.Connection[Any]) -> None:
         self._verified[conn] = self._born[conn] = self._losses  # fresh: good until a loss
+        # json/jsonb decode with _common.loads: a value nested too deep for Python becomes
+        # Undecodable instead of raising RecursionError out of a fetch (which left a
+        # claimed task leased for ever).
+        set_json_loads(loads, conn)
 
     def _regrow(self, pool: ConnectionPool[Any]) -> None:
         """A connection attempt gave up: make the next one now (see ``__init__``)."""
@@ -422,6 +437,9 @@ class PostgresStore:
                     "SELECT version FROM wf_schema_migrations"
                 ).fetchall()
                 done = {r["version"] for r in rows}
+                known = max((n for n, _ in migrations("postgres")), default=0)
+                if done and max(done) > known:
+                    raise SchemaTooNew(max(done), known)
                 for number, script in migrations("postgres"):
                     if number not in done:
                         conn.execute(script.encode())
@@ -443,12 +461,12 @@ class PostgresStore:
             "type": new.type,
             "kind": new.kind,
             "step": new.initial,
-            "input": Jsonb(new.input),
+            "input": _jsonb(new.input),
             "key": new.idempotency_key,
             "priority": new.priority,
             "parent_id": new.parent_id,
             "parent_node": new.parent_node,
-            "created": Jsonb({"input": new.input, "initial": new.initial or None}),
+            "created": _jsonb({"input": new.input, "initial": new.initial or None}),
             "delay": new.delay,
             "run_at": new.run_at,
             "channel": self.channel,
@@ -469,7 +487,7 @@ class PostgresStore:
             "types": [n.type for n in news],
             "kinds": [n.kind for n in news],
             "steps": [n.initial for n in news],
-            "inputs": [Jsonb(n.input) for n in news],
+            "inputs": [_jsonb(n.input) for n in news],
             "keys": [n.idempotency_key for n in news],
             "priorities": [n.priority for n in news],
             "parent_ids": [n.parent_id for n in news],
@@ -614,18 +632,22 @@ class PostgresStore:
                     # we hold the task, but must look at the instance afresh.
                     claims.append(self._bare_claim(task, worker=worker, lease=lease))
                     continue
+                if isinstance(raw, Undecodable):
+                    raise ValueError(f"stored instance: {raw.reason}")
+                instance = instance_record(raw)
+                problem = undecodable(instance)
+                if problem is not None:
+                    raise ValueError(problem)
                 raw_signals = row["signals"]
                 signals = (
-                    None
-                    if raw_signals is None
+                    None  # one payload too deep: the runner reads them one by one
+                    if raw_signals is None or isinstance(raw_signals, Undecodable)
                     else tuple(signal_record(r, decoded=True) for r in raw_signals)
                 )
-                claims.append(
-                    Claim(task, instance_record(raw), started=bool(row["started"]), signals=signals)
-                )
+                claims.append(Claim(task, instance, started=bool(row["started"]), signals=signals))
             except (ValueError, KeyError, TypeError) as exc:
                 self.quarantine(
-                    str(row["instance_id"]), reason=f"corrupt row: {exc!r}", worker=worker
+                    str(row["instance_id"]), reason=f"corrupt row: {exc}", worker=worker
                 )
         return claims
 
@@ -667,7 +689,7 @@ class PostgresStore:
             id=commit.instance_id,
             version=commit.version,
             worker=commit.worker,
-            events=Jsonb(event_dicts(decision)),
+            events=_jsonb(event_dicts(decision)),
             channel=self.channel,
             lease=commit.lease,
         )
@@ -817,7 +839,7 @@ class PostgresStore:
                 Q["dead_letter"],
                 {
                     "instance_id": instance_id,
-                    "envelope": Jsonb(envelope),
+                    "envelope": _jsonb(envelope),
                     "reason": reason,
                     "worker": worker,
                 },
@@ -831,7 +853,7 @@ class PostgresStore:
         with self._conn() as conn:
             conn.execute(
                 Q["quarantine"],
-                {"id": instance_id, "error": Jsonb(error), "reason": reason, "worker": worker},
+                {"id": instance_id, "error": _jsonb(error), "reason": reason, "worker": worker},
             )
 
     # -- the inbox: type registry, redrive, retention ------------------------------------
@@ -876,7 +898,7 @@ class PostgresStore:
         params = {
             "instance_id": new.instance_id,
             "name": new.name,
-            "payload": Jsonb(new.payload),
+            "payload": _jsonb(new.payload),
             "token": new.token,
             "delay": new.delay,
         }
@@ -916,14 +938,14 @@ class PostgresStore:
         params = {
             "id": new.id,
             "type": new.type,
-            "input": Jsonb(new.input),
+            "input": _jsonb(new.input),
             "key": new.idempotency_key,
             "priority": new.priority,
             "parent_id": new.parent_id,
             "name": new.name,
             "version": new.version,
             "test": new.test,
-            "events": Jsonb(new_event_dicts(new.events)),
+            "events": _jsonb(new_event_dicts(new.events)),
             "start": new.start,
             "delay": new.delay,
             "channel": self.channel,
@@ -943,10 +965,21 @@ class PostgresStore:
             Q["dag_claim"],
             {"types": list(types), "worker": worker, "lease": lease, "limit": limit},
         )
-        return [
-            Claim(task_record(r), instance_record(r["instance"]), started=True, more=r["more"])
-            for r in rows
-        ]
+        claims = []
+        for r in rows:
+            raw = r["instance"]
+            problem = (
+                f"stored instance: {raw.reason}"
+                if isinstance(raw, Undecodable)
+                else undecodable(instance_record(raw))
+            )
+            if problem is not None:
+                self.quarantine(
+                    str(r["instance_id"]), reason=f"corrupt row: {problem}", worker=worker
+                )
+                continue
+            claims.append(Claim(task_record(r), instance_record(raw), started=True, more=r["more"]))
+        return claims
 
     def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
         row = self._one(
@@ -956,8 +989,8 @@ class PostgresStore:
                 "node": event.node,
                 "event_type": str(event.event_type),
                 "attempt": event.attempt,
-                "payload": Jsonb(event.payload),
-                "error": None if event.error is None else Jsonb(event.error),
+                "payload": _jsonb(event.payload),
+                "error": None if event.error is None else _jsonb(event.error),
                 "worker": worker,
             },
         )
@@ -978,7 +1011,7 @@ class PostgresStore:
         return DagSnapshot(instance_record(row["instance"]), events, tuple(row["slots"]))
 
     def dag_apply(self, commit: DagCommit) -> int:
-        params = dag_apply_params(commit, Jsonb)
+        params = dag_apply_params(commit, _jsonb)
         params["channel"] = self.channel
         try:
             row = self._one(Q["dag_apply"], params)
@@ -991,7 +1024,7 @@ class PostgresStore:
     def dag_save(self, name: str, definition: dict[str, Any]) -> int:
         for _ in range(10):
             try:
-                row = self._one(Q["dag_save"], {"name": name, "definition": Jsonb(definition)})
+                row = self._one(Q["dag_save"], {"name": name, "definition": _jsonb(definition)})
             except ConcurrencyConflict:
                 continue  # a concurrent save took this version number
             if row is None:

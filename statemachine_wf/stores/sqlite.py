@@ -29,6 +29,7 @@ from ..errors import (
     MigrationError,
     NotFound,
     PayloadTooLarge,
+    SchemaTooNew,
     StoreError,
 )
 from ..events import Ev, EventRecord, NewEvent, Status
@@ -48,6 +49,7 @@ from ..store import (
 from ..waits import NewSignal, SignalRecord
 from ._common import (
     Wakeup,
+    _json,
     dag_apply_params,
     dag_wakes,
     dumps,
@@ -56,11 +58,13 @@ from ._common import (
     fast_start_allowed,
     instance_record,
     key_clash,
+    loads,
     new_event_dicts,
     projection_params,
     signal_counts,
     signal_record,
     task_record,
+    undecodable,
 )
 from ._live import LiveHub
 from ._sql import migrations, queries
@@ -94,7 +98,7 @@ def _quarantined(error: str | bytes | None) -> bool:
     if error is None:
         return False
     try:
-        return bool(json.loads(error).get("code") == "quarantined")
+        return bool(loads(error).get("code") == "quarantined")
     except (ValueError, AttributeError):
         return False
 
@@ -240,6 +244,10 @@ class SQLiteStore:
                 "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
             )
             done = {r[0] for r in conn.execute("SELECT version FROM wf_schema_migrations")}
+            known = max((n for n, _ in migrations("sqlite")), default=0)
+            if done and max(done) > known:
+                conn.execute("ROLLBACK")
+                raise SchemaTooNew(max(done), known)
             for number, script in migrations("sqlite"):
                 if number in done:
                     continue
@@ -403,7 +411,7 @@ class SQLiteStore:
                 try:
                     claims.append(self._lease(conn, task, worker=worker, lease=lease, now=now))
                 except (ValueError, KeyError, TypeError) as exc:
-                    self._quarantine(conn, task.instance_id, f"corrupt row: {exc!r}", worker, now)
+                    self._quarantine(conn, task.instance_id, f"corrupt row: {exc}", worker, now)
         return claims
 
     def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
@@ -422,7 +430,11 @@ class SQLiteStore:
                 # or a redrive takes it again): not ours to hurry.
                 return None
 
-            return self._lease(conn, task, worker=worker, lease=lease, now=now, start=False)
+            try:
+                return self._lease(conn, task, worker=worker, lease=lease, now=now, start=False)
+            except (ValueError, KeyError, TypeError) as exc:
+                self._quarantine(conn, task.instance_id, f"corrupt row: {exc}", worker, now)
+                return None
 
     def _lease(
         self,
@@ -437,6 +449,9 @@ class SQLiteStore:
         instance = instance_record(
             conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
         )
+        problem = undecodable(instance)
+        if problem is not None:
+            raise ValueError(problem)  # the caller quarantines it: a dead letter, the reason
         token = uuid.uuid4().hex
         lease_params = {"task_id": task.id, "worker": worker, "token": token, "due_at": now + lease}
         if start and fast_start_allowed(instance, task):
@@ -792,7 +807,7 @@ class SQLiteStore:
     def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]:
         with wrap_errors():
             rows = self._conn().execute(Q["dead_letters"], {"limit": limit}).fetchall()
-        return [{**dict(r), "envelope": json.loads(r["envelope"])} for r in rows]
+        return [{**dict(r), "envelope": _json(r["envelope"])} for r in rows]
 
     # -- the inbox: type registry, redrive, retention ------------------------------------
     def register_types(self, types: Sequence[str], *, by: str) -> None:
@@ -809,7 +824,7 @@ class SQLiteStore:
     def dead_letter_get(self, letter_id: int) -> dict[str, Any] | None:
         with wrap_errors():
             row = self._conn().execute(Q["dead_letter_get"], {"id": letter_id}).fetchone()
-        return None if row is None else {**dict(row), "envelope": json.loads(row["envelope"])}
+        return None if row is None else {**dict(row), "envelope": _json(row["envelope"])}
 
     def mark_redriven(self, letter_id: int, *, instance_id: str | None, by: str) -> bool:
         params = {"id": letter_id, "instance_id": instance_id, "by": by, "now": time.time()}
@@ -1003,9 +1018,15 @@ class SQLiteStore:
                         "now": now,
                     },
                 )
-                inst = conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
+                inst = instance_record(
+                    conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
+                )
+                problem = undecodable(inst)
+                if problem is not None:
+                    self._quarantine(conn, task.instance_id, f"corrupt row: {problem}", worker, now)
+                    continue
                 leased = _leased(task, worker, now + lease, task.attempt + 1, started=True)
-                claims.append(Claim(leased, instance_record(inst), started=True, more=more))
+                claims.append(Claim(leased, inst, started=True, more=more))
         return claims
 
     def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:

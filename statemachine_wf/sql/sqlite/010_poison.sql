@@ -1,0 +1,104 @@
+-- Poison values (issue 9): see the PostgreSQL migration of the same number. A JSON value
+-- nested deeper than 64 levels is refused by wf_start and by INSERT INTO wf_signals, and so
+-- is a NUL (the escape \u0000, which PostgreSQL's jsonb refuses); every check on
+-- wf_signals runs for every kind (a 'timer' row from SQL skipped them all).
+--
+-- The depth is counted from json_tree's paths ($.a[0].b is 3 levels below the top): a key
+-- holding '.' or '[' counts as more levels than it is, so near the limit SQLite may refuse
+-- a value that PostgreSQL takes, never the other way round. The bracket count skips
+-- json_tree for the common shallow value. (A trigger cannot use WITH RECURSIVE.)
+
+DROP TRIGGER wf_signals_check;
+CREATE TRIGGER wf_signals_check BEFORE INSERT ON wf_signals
+BEGIN
+    SELECT RAISE(ABORT, 'wf_signals: a new signal must be pending')
+    WHERE NEW.state <> 'pending';
+    SELECT RAISE(ABORT, 'wf_signals: no such workflow instance')
+    WHERE NOT EXISTS (SELECT 1 FROM wf_instances WHERE id = NEW.instance_id);
+    SELECT RAISE(ABORT, 'wf_signals: the workflow instance has ended')
+    WHERE EXISTS (SELECT 1 FROM wf_instances WHERE id = NEW.instance_id
+                  AND status IN ('COMPLETED', 'FAILED', 'CANCELLED'));
+    SELECT RAISE(ABORT, 'wf_signals: payload nests deeper than 64 levels (the limit)')
+    WHERE length(NEW.payload) - length(replace(replace(NEW.payload, '[', ''), '{', '')) > 64
+      AND CASE WHEN json_valid(NEW.payload)
+               THEN EXISTS (SELECT 1 FROM json_tree(NEW.payload)
+                            WHERE type IN ('object', 'array')
+                              AND length(fullkey)
+                                  - length(replace(replace(fullkey, '[', ''), '.', '')) >= 64)
+               ELSE 1 END;  -- not JSON to SQLite (deeper than it parses): refused as deep
+    SELECT RAISE(ABORT, 'wf_signals: payload contains a NUL character (\u0000)')
+    WHERE instr(NEW.payload, '\u0000') > 0 OR instr(NEW.payload, char(0)) > 0;
+    SELECT RAISE(ABORT, 'wf_signals: name contains a NUL character')
+    WHERE instr(NEW.name, char(0)) > 0;
+END;
+
+DROP TRIGGER wf_signals_payload_limit;
+CREATE TRIGGER wf_signals_payload_limit BEFORE INSERT ON wf_signals
+BEGIN
+    SELECT RAISE(ABORT, 'wf_signals: payload over the limit in wf_settings.max_payload_bytes')
+    WHERE length(CAST(NEW.payload AS BLOB))
+          > coalesce((SELECT CAST(value AS INTEGER) FROM wf_settings
+                      WHERE name = 'max_payload_bytes'), 262144);
+END;
+
+-- wf_start: the depth and NUL checks; the rest as in migration 006.
+DROP TRIGGER wf_start_insert;
+CREATE TRIGGER wf_start_insert INSTEAD OF INSERT ON wf_start
+BEGIN
+    SELECT RAISE(ABORT, 'wf_start: type and input are required')
+    WHERE NEW.type IS NULL OR NEW.input IS NULL;
+    SELECT RAISE(ABORT, 'wf_start: input is not JSON') WHERE NOT json_valid(NEW.input);
+    SELECT RAISE(ABORT, 'wf_start: input over the limit in wf_settings.max_payload_bytes')
+    WHERE length(CAST(json(NEW.input) AS BLOB))
+          > coalesce((SELECT CAST(value AS INTEGER) FROM wf_settings
+                      WHERE name = 'max_payload_bytes'), 262144);
+    SELECT RAISE(ABORT, 'wf_start: input nests deeper than 64 levels (the limit)')
+    WHERE length(NEW.input) - length(replace(replace(NEW.input, '[', ''), '{', '')) > 64
+      AND EXISTS (SELECT 1 FROM json_tree(NEW.input)
+                  WHERE type IN ('object', 'array')
+                    AND length(fullkey) - length(replace(replace(fullkey, '[', ''), '.', ''))
+                        >= 64);
+    SELECT RAISE(ABORT, 'wf_start: input contains a NUL character (\u0000)')
+    WHERE instr(NEW.input, '\u0000') > 0;
+    SELECT RAISE(ABORT, 'wf_start: priority must be >= 0')
+    WHERE coalesce(NEW.priority, 100) < 0;
+    INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
+    SELECT NULL,
+           json_object('type', NEW.type, 'input', json(NEW.input),
+                       'idempotency_key', NEW.idempotency_key,
+                       'priority', coalesce(NEW.priority, 100), 'run_at', NEW.run_at,
+                       'source', 'sql'),
+           'unknown workflow type ''' || NEW.type || ''': no runner has registered it',
+           'sql', (julianday('now') - 2440587.5) * 86400.0
+    WHERE NOT EXISTS (SELECT 1 FROM wf_types WHERE type = NEW.type)
+      AND (NEW.idempotency_key IS NULL
+           OR (NOT EXISTS (SELECT 1 FROM wf_instances WHERE idempotency_key = NEW.idempotency_key)
+               AND NOT EXISTS (SELECT 1 FROM wf_dead_letters
+                               WHERE redriven_at IS NULL
+                                 AND json_extract(envelope, '$.idempotency_key')
+                                     = NEW.idempotency_key)));
+    INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
+                              created_at, updated_at)
+    SELECT coalesce(NEW.id,
+                    lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4'
+                          || substr(hex(randomblob(2)), 2) || '-'
+                          || substr('89ab', 1 + (abs(random()) % 4), 1)
+                          || substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6)))),
+           NEW.type, 'machine', 'PENDING', NULL, json(NEW.input), NEW.idempotency_key,
+           coalesce(NEW.priority, 100),
+           (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0
+    WHERE EXISTS (SELECT 1 FROM wf_types WHERE type = NEW.type)
+      AND (NEW.idempotency_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM wf_instances WHERE idempotency_key = NEW.idempotency_key));
+    -- changes() and last_insert_rowid() see the trigger's own statements: the event and
+    -- the task are written only when the instance row above was.
+    INSERT INTO wf_events (instance_id, event_type, payload, created_at)
+    SELECT id, 'WORKFLOW_CREATED',
+           json_object('input', json(input), 'initial', NULL, 'source', 'sql'), created_at
+    FROM wf_instances WHERE changes() = 1 AND rowid = last_insert_rowid();
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, created_at)
+    SELECT i.id, '', '', 'machine', i.type, i.priority, coalesce(NEW.run_at, i.created_at),
+           i.created_at
+    FROM wf_events e JOIN wf_instances i ON i.id = e.instance_id
+    WHERE changes() = 1 AND e.seq = last_insert_rowid() AND e.event_type = 'WORKFLOW_CREATED';
+END;
