@@ -275,13 +275,24 @@ class Store(Protocol):
         """
         ...
 
-    def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
+    def release(
+        self,
+        *,
+        worker: str,
+        instance_ids: Sequence[str] | None = None,
+        token: str | None = None,
+    ) -> None:
         """Give leases back: the tasks are due now, in-flight marks kept.
 
         ``instance_ids=None`` releases every lease of ``worker``: a runner restarted with a
-        stable id does this once before it starts, so its previous life's work is due now
-        instead of after the lease runs out.
+        stable id does this for each dead incarnation of it before it starts, so its
+        previous life's work is due now instead of after the lease runs out. ``token``:
+        only a lease taken by the claim with that lease token (a hand-back).
         """
+        ...
+
+    def lease_owners(self, *, prefix: str) -> list[str]:
+        """The owners, starting with ``prefix``, of leases that have not run out."""
         ...
 
     def active(self, *, types: Sequence[str] | None = None) -> list[InstanceRecord]:

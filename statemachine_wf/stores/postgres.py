@@ -747,13 +747,23 @@ class PostgresStore:
         row = self._one(Q["heartbeat_logged"], params)
         return 0 if row is None else int(row["n"])
 
-    def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
+    def release(
+        self,
+        *,
+        worker: str,
+        instance_ids: Sequence[str] | None = None,
+        token: str | None = None,
+    ) -> None:
         with self._conn() as conn:
             if instance_ids is None:
                 conn.execute(Q["release_all"], {"worker": worker})
             else:
-                conn.execute(Q["release"], {"worker": worker, "ids": list(instance_ids)})
+                params = {"worker": worker, "ids": list(instance_ids), "token": token}
+                conn.execute(Q["release"], params)
             conn.execute("SELECT pg_notify(%s, 'release')", (self.channel,))
+
+    def lease_owners(self, *, prefix: str) -> list[str]:
+        return [str(r["lease_owner"]) for r in self._all(Q["lease_owners"], {"prefix": prefix})]
 
     def next_due(self, *, types: Sequence[str]) -> float | None:
         row = self._one(Q["next_due"], {"types": list(types)})

@@ -391,7 +391,7 @@ class SQLiteStore:
         now = time.time()
         where, params = _type_filter(types)
         sql = (
-            "SELECT * FROM wf_tasks WHERE due_at <= ?"
+            "SELECT * FROM wf_tasks WHERE due_at <= ? AND kind = 'machine'"
             + where
             + " ORDER BY priority, due_at LIMIT ?"
         )
@@ -722,16 +722,30 @@ class SQLiteStore:
                     )
             return len(held)
 
-    def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
+    def release(
+        self,
+        *,
+        worker: str,
+        instance_ids: Sequence[str] | None = None,
+        token: str | None = None,
+    ) -> None:
         now = time.time()
         with self._write() as conn:
             if instance_ids is None:
                 conn.execute(Q["release_all"], {"worker": worker, "now": now})
             for instance_id in instance_ids or ():
-                conn.execute(
-                    Q["release"], {"worker": worker, "instance_id": instance_id, "now": now}
-                )
+                params = {"worker": worker, "instance_id": instance_id, "now": now, "token": token}
+                conn.execute(Q["release"], params)
         self.nudge()
+
+    def lease_owners(self, *, prefix: str) -> list[str]:
+        with wrap_errors():
+            rows = (
+                self._conn()
+                .execute(Q["lease_owners"], {"prefix": prefix, "now": time.time()})
+                .fetchall()
+            )
+        return [str(r["lease_owner"]) for r in rows]
 
     def next_due(self, *, types: Sequence[str]) -> float | None:
         where, params = _type_filter(types)

@@ -255,7 +255,8 @@ GROUP BY state;
 -- name: claim
 WITH picked AS (
     SELECT id FROM wf_tasks
-    WHERE due_at <= now() AND type = ANY(%(types)s)
+    -- State-machine tasks only: a DAG instance named after a hosted type is not ours.
+    WHERE due_at <= now() AND type = ANY(%(types)s) AND kind = 'machine'
     ORDER BY priority, due_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -358,7 +359,12 @@ SELECT count(*) AS n FROM ext;
 
 -- name: release
 UPDATE wf_tasks SET lease_owner = NULL, due_at = now()
-WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s);
+WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s)
+  AND (%(token)s::text IS NULL OR lease_token = %(token)s::text);
+
+-- name: lease_owners
+SELECT DISTINCT lease_owner FROM wf_tasks
+WHERE left(lease_owner, length(%(prefix)s::text)) = %(prefix)s::text AND due_at > now();
 
 -- name: release_all
 UPDATE wf_tasks SET lease_owner = NULL, due_at = now() WHERE lease_owner = %(worker)s;

@@ -86,7 +86,12 @@ FROM wf_instances WHERE id = :id;
 
 -- name: release
 UPDATE wf_tasks SET lease_owner = NULL, due_at = :now
-WHERE lease_owner = :worker AND instance_id = :instance_id;
+WHERE lease_owner = :worker AND instance_id = :instance_id
+  AND (:token IS NULL OR lease_token = :token);
+
+-- name: lease_owners
+SELECT DISTINCT lease_owner FROM wf_tasks
+WHERE substr(lease_owner, 1, length(:prefix)) = :prefix AND due_at > :now;
 
 -- name: release_all
 UPDATE wf_tasks SET lease_owner = NULL, due_at = :now WHERE lease_owner = :worker;
