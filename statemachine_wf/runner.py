@@ -113,11 +113,10 @@ class RunnerOptions:
             not isinstance(self.worker_id, str)
             or not 0 < len(self.worker_id) <= 200
             or not self.worker_id.isprintable()
-            or INCARNATION_SEP in self.worker_id
         ):
             raise InputError(
-                f"worker_id must be a printable string of 1 to 200 characters without "
-                f"{INCARNATION_SEP!r}, got {self.worker_id!r}"
+                f"worker_id must be a printable string of 1 to 200 characters, "
+                f"got {self.worker_id!r}"
             )
         if not isinstance(self.reconcile_on_start, bool):
             raise InputError(
@@ -130,8 +129,6 @@ MIN_LEASE = 0.1
 MAX_LEASE = 86_400.0
 """Longest lease (seconds): a dead runner's work waits this long at most."""
 MAX_CONCURRENCY = 1024
-INCARNATION_SEP = "~"
-"""Separates a worker id from the runner's incarnation token in a lease's owner."""
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> None:
@@ -278,15 +275,11 @@ class Runner:
         self.store = store
         self.opts = options or RunnerOptions()
         self.dependencies = dict(dependencies or {})
-        # Every Runner object is its own incarnation (host:pid:random), part of the owner
-        # of each lease it takes: two runners given the same worker id never extend,
-        # release or commit for each other's claims (see :meth:`_release_dead_twins`).
+        # Every Runner object is its own incarnation (host:pid:random), the prefix of the
+        # lease token of each claim it takes: two runners given the same worker id never
+        # extend or release each other's leases (see :meth:`_release_dead_twins`).
         self.incarnation = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.worker_id = (
-            self.incarnation
-            if self.opts.worker_id is None
-            else f"{self.opts.worker_id}{INCARNATION_SEP}{self.incarnation}"
-        )
+        self.worker_id = self.opts.worker_id or self.incarnation
         self.classes: dict[str, type[Workflow[Any, Any]]] = {}
         for cls in workflows:
             self.classes[cls.spec().workflow_type] = cls
@@ -360,12 +353,11 @@ class Runner:
         its leases; those of a dead one elsewhere simply run out (nobody extends them).
         """
         host = socket.gethostname()
-        for owner in self.store.lease_owners(prefix=worker_id + INCARNATION_SEP):
-            incarnation = owner[len(worker_id) + len(INCARNATION_SEP) :]
+        for incarnation in self.store.lease_incarnations(worker=worker_id):
             if incarnation == self.incarnation or not _dead_here(incarnation, host):
                 continue
-            log.info("worker %s: releasing the leases of dead incarnation %s", worker_id, owner)
-            self.store.release(worker=owner)
+            log.info("worker %s: releasing the leases of dead runner %s", worker_id, incarnation)
+            self.store.release(worker=worker_id, incarnation=incarnation)
 
     def stop(self, timeout: float | None = 60.0) -> None:
         """Stop claiming, let running steps finish, hand back what is not started."""
@@ -473,7 +465,10 @@ class Runner:
 
     def _extend_leases(self) -> int:
         return self.store.heartbeat(
-            worker=self.worker_id, lease=self.opts.lease, log_every=self.opts.heartbeat_log_every
+            worker=self.worker_id,
+            lease=self.opts.lease,
+            log_every=self.opts.heartbeat_log_every,
+            incarnation=self.incarnation,
         )
 
     def _work(self) -> None:
@@ -485,19 +480,30 @@ class Runner:
                     except queue.Empty:
                         continue
                     claim = self.store.claim_instance(
-                        instance_id, worker=self.worker_id, lease=self.opts.lease
+                        instance_id,
+                        worker=self.worker_id,
+                        lease=self.opts.lease,
+                        incarnation=self.incarnation,
                     )
                     if claim is not None:
                         self._run_claim(claim, startup=True)
                     continue
                 claims = (
-                    self.store.claim(worker=self.worker_id, types=self.types, lease=self.opts.lease)
+                    self.store.claim(
+                        worker=self.worker_id,
+                        types=self.types,
+                        lease=self.opts.lease,
+                        incarnation=self.incarnation,
+                    )
                     if self.types  # a DAG-only runner: no empty-list claim per idle loop
                     else []
                 )
                 if not claims and self.dag_types:
                     claims = self.store.dag_claim(
-                        worker=self.worker_id, types=self.dag_types, lease=self.opts.lease
+                        worker=self.worker_id,
+                        types=self.dag_types,
+                        lease=self.opts.lease,
+                        incarnation=self.incarnation,
                     )
                 if not claims:
                     wait = self._idle_wait(self.store.next_due(types=self._due_types))
@@ -632,7 +638,12 @@ class Runner:
         delay = 0.1
         while not self._stopping.is_set():
             try:
-                self.store.release(worker=self.worker_id, instance_ids=[instance_id], token=token)
+                self.store.release(
+                    worker=self.worker_id,
+                    instance_ids=[instance_id],
+                    token=token,
+                    incarnation=self.incarnation,
+                )
                 self._stopping.wait(random.uniform(0.5, 1.5))
                 return
             except StoreError as exc:

@@ -54,9 +54,11 @@ from ._common import (
     dag_apply_params,
     event_dicts,
     event_record,
+    incarnation_prefix,
     instance_record,
     key_clash,
     new_event_dicts,
+    new_lease_token,
     projection_params,
     signal_counts,
     signal_record,
@@ -592,7 +594,13 @@ class PostgresStore:
 
     # -- runners ----------------------------------------------------------------------
     def claim(
-        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        lease: float,
+        limit: int = 1,
+        incarnation: str = "",
     ) -> list[Claim]:
         rows = self._all(
             Q["claim"],
@@ -601,7 +609,7 @@ class PostgresStore:
                 "worker": worker,
                 "lease": lease,
                 "limit": limit,
-                "token": uuid.uuid4().hex,
+                "token": new_lease_token(incarnation),
             },
         )
         claims = []
@@ -612,7 +620,9 @@ class PostgresStore:
                 if raw is None:
                     # The instance changed between our read and our write (an operator):
                     # we hold the task, but must look at the instance afresh.
-                    claims.append(self._bare_claim(task, worker=worker, lease=lease))
+                    claims.append(
+                        self._bare_claim(task, worker=worker, lease=lease, incarnation=incarnation)
+                    )
                     continue
                 raw_signals = row["signals"]
                 signals = (
@@ -629,18 +639,27 @@ class PostgresStore:
                 )
         return claims
 
-    def _bare_claim(self, task: TaskRecord, *, worker: str, lease: float) -> Claim:
+    def _bare_claim(
+        self, task: TaskRecord, *, worker: str, lease: float, incarnation: str
+    ) -> Claim:
         with self._conn() as conn, conn.transaction():
             inst = conn.execute(Q["bump_version"], {"id": task.instance_id}).fetchone()
             leased = conn.execute(
                 Q["lease_task"],
-                {"task_id": task.id, "worker": worker, "lease": lease, "token": uuid.uuid4().hex},
+                {
+                    "task_id": task.id,
+                    "worker": worker,
+                    "lease": lease,
+                    "token": new_lease_token(incarnation),
+                },
             ).fetchone()
             if inst is None or leased is None:  # rolled back: nothing claimed
                 raise StoreError(f"postgres: claim of {task.instance_id}: its rows are gone")
         return Claim(task_record(leased), instance_record(inst), started=False)
 
-    def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
+    def claim_instance(
+        self, instance_id: str, *, worker: str, lease: float, incarnation: str = ""
+    ) -> Claim | None:
         with self._conn() as conn, conn.transaction():
             row = conn.execute(Q["claim_instance_lock"], {"id": instance_id, "worker": worker})
             locked = row.fetchone()
@@ -653,7 +672,7 @@ class PostgresStore:
                     "task_id": locked["id"],
                     "worker": worker,
                     "lease": lease,
-                    "token": uuid.uuid4().hex,
+                    "token": new_lease_token(incarnation),
                 },
             ).fetchone()
             if inst is None or leased is None:  # rolled back: nothing claimed
@@ -739,11 +758,20 @@ class PostgresStore:
     def children(self, parent_id: str) -> list[InstanceRecord]:
         return [instance_record(r) for r in self._all(Q["children"], {"id": parent_id})]
 
-    def heartbeat(self, *, worker: str, lease: float, log_every: float | None = None) -> int:
+    def heartbeat(
+        self,
+        *,
+        worker: str,
+        lease: float,
+        log_every: float | None = None,
+        incarnation: str | None = None,
+    ) -> int:
+        mine = incarnation_prefix(incarnation)
         if log_every is None:
             with self._conn() as conn:
-                return conn.execute(Q["heartbeat"], {"worker": worker, "lease": lease}).rowcount
-        params = {"worker": worker, "lease": lease, "every": log_every}
+                params = {"worker": worker, "lease": lease, "mine": mine}
+                return conn.execute(Q["heartbeat"], params).rowcount
+        params = {"worker": worker, "lease": lease, "every": log_every, "mine": mine}
         row = self._one(Q["heartbeat_logged"], params)
         return 0 if row is None else int(row["n"])
 
@@ -753,17 +781,19 @@ class PostgresStore:
         worker: str,
         instance_ids: Sequence[str] | None = None,
         token: str | None = None,
+        incarnation: str | None = None,
     ) -> None:
+        mine = incarnation_prefix(incarnation)
         with self._conn() as conn:
             if instance_ids is None:
-                conn.execute(Q["release_all"], {"worker": worker})
+                conn.execute(Q["release_all"], {"worker": worker, "mine": mine})
             else:
-                params = {"worker": worker, "ids": list(instance_ids), "token": token}
+                params = {"worker": worker, "ids": list(instance_ids), "token": token, "mine": mine}
                 conn.execute(Q["release"], params)
             conn.execute("SELECT pg_notify(%s, 'release')", (self.channel,))
 
-    def lease_owners(self, *, prefix: str) -> list[str]:
-        return [str(r["lease_owner"]) for r in self._all(Q["lease_owners"], {"prefix": prefix})]
+    def lease_incarnations(self, *, worker: str) -> list[str]:
+        return [str(r["inc"]) for r in self._all(Q["lease_incarnations"], {"worker": worker})]
 
     def next_due(self, *, types: Sequence[str]) -> float | None:
         row = self._one(Q["next_due"], {"types": list(types)})
@@ -947,12 +977,22 @@ class PostgresStore:
         return str(existing["id"]), False
 
     def dag_claim(
-        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        lease: float,
+        limit: int = 1,
+        incarnation: str = "",
     ) -> list[Claim]:
-        rows = self._all(
-            Q["dag_claim"],
-            {"types": list(types), "worker": worker, "lease": lease, "limit": limit},
-        )
+        params = {
+            "types": list(types),
+            "worker": worker,
+            "lease": lease,
+            "limit": limit,
+            "token": new_lease_token(incarnation),
+        }
+        rows = self._all(Q["dag_claim"], params)
         return [
             Claim(task_record(r), instance_record(r["instance"]), started=True, more=r["more"])
             for r in rows

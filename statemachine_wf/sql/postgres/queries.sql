@@ -327,8 +327,11 @@ WHERE id = %(task_id)s
 RETURNING *, true AS leased;
 
 -- name: heartbeat
+-- %(mine)s: the lease-token prefix of the beating runner's incarnation (NULL: any), so a
+-- live runner never keeps a dead twin's leases (same worker id) alive.
 UPDATE wf_tasks SET due_at = now() + %(lease)s * interval '1 second'
-WHERE lease_owner = %(worker)s AND due_at > now();
+WHERE lease_owner = %(worker)s AND due_at > now()
+  AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text);
 
 -- name: heartbeat_logged
 -- The same extension, and a HEARTBEAT event for every claim already seen held at an
@@ -341,6 +344,7 @@ WITH held AS (
            (heartbeat_at IS NULL OR heartbeat_token IS DISTINCT FROM lease_token) AS first
     FROM wf_tasks
     WHERE lease_owner = %(worker)s AND due_at > now()
+    AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
     FOR UPDATE
 ), ext AS (
     UPDATE wf_tasks t
@@ -360,14 +364,16 @@ SELECT count(*) AS n FROM ext;
 -- name: release
 UPDATE wf_tasks SET lease_owner = NULL, due_at = now()
 WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s)
-  AND (%(token)s::text IS NULL OR lease_token = %(token)s::text);
+  AND (%(token)s::text IS NULL OR lease_token = %(token)s::text)
+  AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text);
 
--- name: lease_owners
-SELECT DISTINCT lease_owner FROM wf_tasks
-WHERE left(lease_owner, length(%(prefix)s::text)) = %(prefix)s::text AND due_at > now();
+-- name: lease_incarnations
+SELECT DISTINCT split_part(lease_token, '/', 1) AS inc FROM wf_tasks
+WHERE lease_owner = %(worker)s AND due_at > now() AND strpos(lease_token, '/') > 0;
 
 -- name: release_all
-UPDATE wf_tasks SET lease_owner = NULL, due_at = now() WHERE lease_owner = %(worker)s;
+UPDATE wf_tasks SET lease_owner = NULL, due_at = now() WHERE lease_owner = %(worker)s
+  AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text);
 
 -- name: active
 SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;
@@ -509,7 +515,8 @@ WITH picked AS (
     FOR NO KEY UPDATE OF i SKIP LOCKED
 ), claimed AS (
     UPDATE wf_tasks t
-    SET lease_owner = %(worker)s, due_at = now() + %(lease)s * interval '1 second',
+    SET lease_owner = %(worker)s, lease_token = %(token)s,
+        due_at = now() + %(lease)s * interval '1 second',
         attempt = t.attempt + 1, in_flight = true
     FROM picked p WHERE t.id = p.id
     RETURNING t.*
