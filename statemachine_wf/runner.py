@@ -319,7 +319,6 @@ class Runner:
                 threads=self.opts.concurrency,
                 workflows=self.classes,
             )
-        self._due_types = self.types + tuple(t for t in self.dag_types if t not in self.types)
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -395,12 +394,12 @@ class Runner:
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
-                due = self.store.next_due(types=self._due_types)
+                due = self.store.next_due(types=self.types, dag_types=self.dag_types)
                 with self._busy_lock:
                     busy = self._busy
                 if busy == 0 and self._startup.empty() and (due is None or due > settle):
                     time.sleep(settle)
-                    due = self.store.next_due(types=self._due_types)
+                    due = self.store.next_due(types=self.types, dag_types=self.dag_types)
                     with self._busy_lock:
                         busy = self._busy
                     if busy == 0 and (due is None or due > settle):
@@ -506,7 +505,9 @@ class Runner:
                         incarnation=self.incarnation,
                     )
                 if not claims:
-                    wait = self._idle_wait(self.store.next_due(types=self._due_types))
+                    wait = self._idle_wait(
+                        self.store.next_due(types=self.types, dag_types=self.dag_types)
+                    )
                     if wait > 0:
                         self.store.wait_for_work(wait)
                         self._local.held_timer = self._release_timer()

@@ -319,8 +319,14 @@ class Store(Protocol):
         """RUNNING and STALLED instances (of these types), for start-up reconciliation."""
         ...
 
-    def next_due(self, *, types: Sequence[str]) -> float | None:
-        """Seconds until the next task of these types is due (0 if one is due), or None."""
+    def next_due(
+        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
+    ) -> float | None:
+        """Seconds until the next task of these types is due (0 if one is due), or None.
+
+        With ``dag_types``: state-machine tasks of ``types`` and DAG node tasks of
+        ``dag_types`` only (what a runner's two claims take), not any task of a type.
+        """
         ...
 
     def wait_for_work(self, timeout: float) -> bool:

@@ -795,8 +795,13 @@ class PostgresStore:
     def lease_incarnations(self, *, worker: str) -> list[str]:
         return [str(r["inc"]) for r in self._all(Q["lease_incarnations"], {"worker": worker})]
 
-    def next_due(self, *, types: Sequence[str]) -> float | None:
-        row = self._one(Q["next_due"], {"types": list(types)})
+    def next_due(
+        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
+    ) -> float | None:
+        if dag_types is None:
+            row = self._one(Q["next_due"], {"types": list(types)})
+        else:
+            row = self._one(Q["next_due_kinds"], {"types": list(types), "dag": list(dag_types)})
         if row is None or row["wait"] is None:
             return None
         return max(0.0, float(row["wait"]))

@@ -782,8 +782,14 @@ class SQLiteStore:
             )
         return [str(r["inc"]) for r in rows]
 
-    def next_due(self, *, types: Sequence[str]) -> float | None:
+    def next_due(
+        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
+    ) -> float | None:
         where, params = _type_filter(types)
+        if dag_types is not None:
+            dag_where, dag_params = _type_filter(dag_types)
+            where = f" AND ((kind = 'machine'{where}) OR (kind = 'dag'{dag_where}))"
+            params = [*params, *dag_params]
         with wrap_errors():
             row = (
                 self._conn()

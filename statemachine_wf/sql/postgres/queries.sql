@@ -382,6 +382,11 @@ SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY creat
 SELECT extract(epoch FROM (min(due_at) - now()))::float8 AS wait
 FROM wf_tasks WHERE type = ANY(%(types)s);
 
+-- name: next_due_kinds
+SELECT extract(epoch FROM (min(due_at) - now()))::float8 AS wait
+FROM wf_tasks
+WHERE (kind = 'machine' AND type = ANY(%(types)s)) OR (kind = 'dag' AND type = ANY(%(dag)s));
+
 -- name: dead_letter
 INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
 VALUES (%(instance_id)s, %(envelope)s, %(reason)s, %(worker)s);
