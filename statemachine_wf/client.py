@@ -140,8 +140,9 @@ def check_id(instance_id: Any, name: str = "instance_id") -> str:
         else:
             return instance_id
     shown = instance_id if isinstance(instance_id, str) and len(instance_id) <= 60 else None
-    got = repr(shown) if shown is not None else f"a {type(instance_id).__name__}"
-    raise InvalidId(f"{name} must be a UUID, got {got}")
+    if shown is None:
+        raise InvalidId(f"{name} must be a UUID, got a {type(instance_id).__name__}")
+    raise InvalidId(f"no workflow instance {shown!r}: {name} must be a UUID")
 
 
 def check_priority(priority: Any) -> int:
