@@ -72,7 +72,6 @@ __all__ = [
     "Runner",
     "RunnerOptions",
     "SchemaTooNew",
-    "SchemaTooNew",
     "Snooze",
     "Stall",
     "Status",

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from . import decide, inbox, live
 from .decide import Decision
 from .errors import (
+    MAX_DURATION,
     ConcurrencyConflict,
     InputError,
     InvalidState,
@@ -117,11 +118,73 @@ def _new_instance(
     )
 
 
-def _check_schedule(priority: int, delay: float, run_at: datetime | None) -> None:
+class InvalidId(InputError, NotFound):
+    """An instance id that is not a UUID: bad input (an :class:`InputError`), and so also
+    certainly no instance (a :class:`NotFound`, which callers catching that still see)."""
+
+
+MAX_PRIORITY = 2**31 - 1
+"""The largest priority (the database column is a 32-bit integer)."""
+
+
+def check_id(instance_id: Any, name: str = "instance_id") -> str:
+    """``instance_id`` as given, if it is a UUID string; else :class:`InvalidId`.
+
+    Every Client and DagClient method taking an instance id checks it first, so a
+    malformed id is the same error on both stores (never a driver error, never NotFound).
+    """
+    if isinstance(instance_id, str) and 32 <= len(instance_id) <= 45:
+        try:
+            uuid.UUID(instance_id)
+        except ValueError:
+            pass
+        else:
+            return instance_id
+    shown = instance_id if isinstance(instance_id, str) and len(instance_id) <= 60 else None
+    if shown is None:
+        raise InvalidId(f"{name} must be a UUID, got a {type(instance_id).__name__}")
+    raise InvalidId(f"no workflow instance {shown!r}: {name} must be a UUID")
+
+
+def check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InputError(f"priority must be a whole number, got {priority!r}")
     if priority < 0:
         raise InputError(f"priority must be >= 0, got {priority}")
+    if priority > MAX_PRIORITY:
+        raise InputError(f"priority must be <= {MAX_PRIORITY}, got {priority}")
+    return priority
+
+
+def check_delay(delay: Any, name: str = "delay") -> float:
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise InputError(f"{name} must be a number of seconds, got {delay!r}")
     if delay < 0:
-        raise InputError(f"delay must be >= 0, got {delay}")
+        raise InputError(f"{name} must be >= 0, got {delay}")
+    if not (math.isfinite(delay) and delay <= MAX_DURATION):
+        raise InputError(
+            f"{name} must be a finite number of seconds <= {MAX_DURATION:.0f}, got {delay}"
+        )
+    return float(delay)
+
+
+def check_text(value: Any, name: str, *, optional: bool = True) -> str | None:
+    """A non-empty string without NUL or lone surrogates (no store can keep those)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{name} must be a non-empty string, got {type(value).__name__}")
+    problem = text_problem(value)
+    if problem:
+        raise InputError(f"{name} {problem}")
+    return value
+
+
+def _check_schedule(priority: int, delay: float, run_at: datetime | None) -> None:
+    check_priority(priority)
+    check_delay(delay)
+    if run_at is not None and not isinstance(run_at, datetime):
+        raise InputError(f"run_at must be a datetime, got {type(run_at).__name__}")
     if run_at is not None and delay:
         raise InputError("give delay or run_at, not both")
     if run_at is not None and run_at.tzinfo is None:
@@ -172,15 +235,18 @@ class Client:
         cls = self._class(workflow)
         spec = cls.spec()
         model = spec.input_model
-        if not isinstance(input, model):  # before pydantic, which recurses
-            check_value("input", input)
-        _check_key("idempotency_key", idempotency_key)
+        _check_schedule(priority, delay, run_at)
+        check_text(idempotency_key, "idempotency_key")
+        if instance_id is not None:
+            check_id(instance_id)
+        # Deep, NUL, lone surrogate, NaN: named, before pydantic (which recurses).
+        check_value("input", input.model_dump() if isinstance(input, BaseModel) else input)
         try:
             data = input if isinstance(input, model) else model.model_validate(input)
         except ValidationError as exc:
             raise invalid_input("input", model, exc) from exc
-        _check_schedule(priority, delay, run_at)
         payload = data.model_dump(mode="json")
+        check_value("input", payload)
         check_payload("input", payload)
         new = _new_instance(spec, payload, idempotency_key, priority, delay, run_at, instance_id)
         new_id, created = self._create(new)
@@ -235,16 +301,16 @@ class Client:
             )
         news = []
         for i, (item, key) in enumerate(zip(inputs, keys, strict=True)):
-            if not isinstance(item, model):  # before pydantic, which recurses
-                check_value(f"inputs[{i}]", item)
-            _check_key(f"idempotency_keys[{i}]", key)
+            check_value(f"inputs[{i}]", item.model_dump() if isinstance(item, BaseModel) else item)
             try:
                 data = item if isinstance(item, model) else model.model_validate(item)
             except ValidationError as exc:
                 raise invalid_input(f"inputs[{i}]", model, exc) from exc
             if key is not None and (not isinstance(key, str) or not key):
                 raise InputError(f"idempotency_keys[{i}] must be a non-empty string or None")
+            check_text(key, f"idempotency_keys[{i}]")
             payload = data.model_dump(mode="json")
+            check_value(f"inputs[{i}]", payload)
             check_payload(f"inputs[{i}]", payload)
             news.append(_new_instance(spec, payload, key, priority, delay, run_at))
         return [new_id for new_id, _ in self._create_many(news)] if news else []
@@ -307,6 +373,7 @@ class Client:
     # -- reading ----------------------------------------------------------------------
     def get(self, instance_id: str, *, include_deleted: bool = False) -> InstanceRecord:
         """The instance row. Raises :class:`NotFound` (also for a soft-deleted one)."""
+        check_id(instance_id)
         record = once_more(lambda: self.store.get(instance_id))  # a read
         if record is None:
             raise NotFound(f"no workflow instance {instance_id!r}")
@@ -373,16 +440,17 @@ class Client:
                 payload is not JSON.
             PayloadTooLarge: the payload's JSON is over the limit (names the limit).
         """
+        check_id(instance_id)
         if not isinstance(name, str) or not SIGNAL_PATTERN.match(name):
             raise InputError(f"signal name {name!r} is not a valid name")
         if token is not None and (not isinstance(token, str) or not 0 < len(token) <= 200):
             raise InputError("token must be a non-empty string of at most 200 characters")
-        if not (delay >= 0 and math.isfinite(delay)):
-            raise InputError(f"delay must be a finite number >= 0, got {delay}")
-        check_value(f"signal {name!r} payload", payload)  # deep, NUL, NaN: named, no RecursionError
+        check_text(token, "token")
+        check_delay(delay)
+        check_value("payload", payload)  # deep, NUL, NaN: named, no RecursionError
         try:
             json.dumps(payload, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise InputError(f"signal payload is not JSON: {exc}") from None
         check_payload(f"signal {name!r} payload", payload)
         record = self.get(instance_id)
@@ -406,7 +474,7 @@ class Client:
         those dead-lettered; ``pending`` those not yet applied (buffered ones included).
         """
         if instance_id is not None:
-            self.get(instance_id)
+            self.get(instance_id)  # checks the id
         return once_more(lambda: self.store.signal_counts(instance_id=instance_id))  # a read
 
     def _fold(self, record: InstanceRecord) -> Projection:
@@ -550,6 +618,7 @@ class Client:
 
     def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
         """Its events as they commit, until it ends: :func:`statemachine_wf.live.watch`."""
+        check_id(instance_id)
         return live.watch(self.store, instance_id, after_seq=after_seq)
 
     # list and count come last: a method named ``list`` would shadow the builtin in the
@@ -598,11 +667,3 @@ class Client:
         return self.store.count_instances(
             status=_statuses(status), type_prefix=type_prefix, include_deleted=include_deleted
         )
-
-
-def _check_key(what: str, key: object) -> None:
-    """An idempotency key PostgreSQL cannot store (a NUL, a lone surrogate) is refused on
-    every store, before anything is written."""
-    problem = text_problem(key) if isinstance(key, str) else None
-    if problem is not None:
-        raise InputError(f"{what} {problem}; nothing was written")

@@ -21,8 +21,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
 import os
 import queue
+import random
 import signal
 import socket
 import threading
@@ -42,6 +44,7 @@ from .errors import (
     ConcurrencyConflict,
     DataRejected,
     Fail,
+    InputError,
     LeaseLost,
     MissingDependencies,
     Parked,
@@ -92,6 +95,83 @@ class RunnerOptions:
     reconcile_on_start: bool = True
     heartbeat_log_every: float | None = 60.0
     dag_types: tuple[str, ...] = ("swf.dag",)
+
+    def __post_init__(self) -> None:
+        """Every option is checked here, once, whoever builds it (code, CLI, env).
+
+        Raises:
+            InputError: naming the option, its value and what it must be.
+        """
+        _check_int("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
+        _check_seconds("lease", self.lease, MIN_LEASE, MAX_LEASE)
+        _check_seconds("idle_poll", self.idle_poll, 0.001, MAX_LEASE)
+        if self.heartbeat_log_every is not None:
+            _check_seconds("heartbeat_log_every", self.heartbeat_log_every, 0.001, 1e9)
+        object.__setattr__(self, "prefixes", _check_names("prefixes", self.prefixes))
+        object.__setattr__(self, "dag_types", _check_names("dag_types", self.dag_types))
+        if self.worker_id is not None and (
+            not isinstance(self.worker_id, str)
+            or not 0 < len(self.worker_id) <= 200
+            or not self.worker_id.isprintable()
+        ):
+            raise InputError(
+                f"worker_id must be a printable string of 1 to 200 characters, "
+                f"got {self.worker_id!r}"
+            )
+        if not isinstance(self.reconcile_on_start, bool):
+            raise InputError(
+                f"reconcile_on_start must be True or False, got {self.reconcile_on_start!r}"
+            )
+
+
+MIN_LEASE = 0.1
+"""Shortest lease (seconds): the heartbeat extends leases every lease/3, at most every 0.05 s."""
+MAX_LEASE = 86_400.0
+"""Longest lease (seconds): a dead runner's work waits this long at most."""
+MAX_CONCURRENCY = 1024
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InputError(f"{name} must be a whole number in [{low}, {high}], got {value!r}")
+
+
+def _check_seconds(name: str, value: Any, low: float, high: float) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and low <= value <= high):
+        raise InputError(
+            f"{name} must be a finite number of seconds in [{low:g}, {high:g}], got {value!r}"
+        )
+
+
+def _check_names(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise InputError(f"{name} must be a sequence of strings, got {value!r}")
+    for item in value:
+        if not isinstance(item, str) or not item or not item.isprintable():
+            raise InputError(f"{name} must hold non-empty printable strings, got {item!r}")
+    return tuple(value)
+
+
+def _dead_here(incarnation: str, host: str) -> bool:
+    """Is ``incarnation`` (host:pid:random) a process of ``host`` that no longer runs?
+
+    The process of this runner counts as alive (another Runner object in it may hold the
+    leases), as does one we cannot see (another host, a pid we may not signal).
+    """
+    parts = incarnation.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 class _StepTimedOut(Exception):
@@ -195,9 +275,11 @@ class Runner:
         self.store = store
         self.opts = options or RunnerOptions()
         self.dependencies = dict(dependencies or {})
-        self.worker_id = self.opts.worker_id or (
-            f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        )
+        # Every Runner object is its own incarnation (host:pid:random), the prefix of the
+        # lease token of each claim it takes: two runners given the same worker id never
+        # extend or release each other's leases (see :meth:`_release_dead_twins`).
+        self.incarnation = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.worker_id = self.opts.worker_id or self.incarnation
         self.classes: dict[str, type[Workflow[Any, Any]]] = {}
         for cls in workflows:
             self.classes[cls.spec().workflow_type] = cls
@@ -237,7 +319,6 @@ class Runner:
                 threads=self.opts.concurrency,
                 workflows=self.classes,
             )
-        self._due_types = self.types + tuple(t for t in self.dag_types if t not in self.types)
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -246,8 +327,7 @@ class Runner:
         if self.types:  # what SQL producers may start (docs/architecture.md, "The inbox")
             self.store.register_types(self.types, by=self.worker_id)
         if self.opts.worker_id is not None:
-            # Restarted under a stable id: whatever we held before we died is due now.
-            self.store.release(worker=self.worker_id)
+            self._release_dead_twins(self.opts.worker_id)
         if self.opts.reconcile_on_start:
             self._queue_startup()
         for n in range(self.opts.concurrency):
@@ -263,6 +343,20 @@ class Runner:
             self.opts.concurrency,
             list(self.types),
         )
+
+    def _release_dead_twins(self, worker_id: str) -> None:
+        """Restarted under a stable id: hand back the leases of our previous lives.
+
+        Only of an incarnation known dead: one of this host whose process is gone. A
+        live twin (another process given the same id, here or on another host) keeps
+        its leases; those of a dead one elsewhere simply run out (nobody extends them).
+        """
+        host = socket.gethostname()
+        for incarnation in self.store.lease_incarnations(worker=worker_id):
+            if incarnation == self.incarnation or not _dead_here(incarnation, host):
+                continue
+            log.info("worker %s: releasing the leases of dead runner %s", worker_id, incarnation)
+            self.store.release(worker=worker_id, incarnation=incarnation)
 
     def stop(self, timeout: float | None = 60.0) -> None:
         """Stop claiming, let running steps finish, hand back what is not started."""
@@ -300,12 +394,12 @@ class Runner:
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
-                due = self.store.next_due(types=self._due_types)
+                due = self.store.next_due(types=self.types, dag_types=self.dag_types)
                 with self._busy_lock:
                     busy = self._busy
                 if busy == 0 and self._startup.empty() and (due is None or due > settle):
                     time.sleep(settle)
-                    due = self.store.next_due(types=self._due_types)
+                    due = self.store.next_due(types=self.types, dag_types=self.dag_types)
                     with self._busy_lock:
                         busy = self._busy
                     if busy == 0 and (due is None or due > settle):
@@ -337,8 +431,29 @@ class Runner:
                 )
 
     def _heartbeat(self) -> None:
+        """Extend our leases every lease/3 s, on a thread of its own.
+
+        It needs the interpreter only for a moment per beat, and Python switches threads
+        every few milliseconds even under a busy pure-Python action; what can starve it
+        is one C call that holds the GIL for longer than the lease (a huge ``**``). Then
+        the lease may lapse and another runner claim the instance: the late beat says so
+        (WARNING), and the action's completion is refused by the claim's fence
+        (LeaseLost, logged at WARNING with the instance id), never written twice.
+        """
         interval = max(0.05, self.opts.lease / 3)
+        last = time.monotonic()
         while not self._stopping.wait(interval):
+            late = time.monotonic() - last
+            if late >= self.opts.lease:
+                log.warning(
+                    "runner %s: heartbeat ran %.1f s after the last one (lease %.1f s): "
+                    "leases may have lapsed; a step whose claim was taken over will not "
+                    "be able to commit",
+                    self.worker_id,
+                    late,
+                    self.opts.lease,
+                )
+            last = time.monotonic()
             try:
                 self._extend_leases()
             except StoreUnavailable as exc:
@@ -349,7 +464,10 @@ class Runner:
 
     def _extend_leases(self) -> int:
         return self.store.heartbeat(
-            worker=self.worker_id, lease=self.opts.lease, log_every=self.opts.heartbeat_log_every
+            worker=self.worker_id,
+            lease=self.opts.lease,
+            log_every=self.opts.heartbeat_log_every,
+            incarnation=self.incarnation,
         )
 
     def _work(self) -> None:
@@ -361,22 +479,35 @@ class Runner:
                     except queue.Empty:
                         continue
                     claim = self.store.claim_instance(
-                        instance_id, worker=self.worker_id, lease=self.opts.lease
+                        instance_id,
+                        worker=self.worker_id,
+                        lease=self.opts.lease,
+                        incarnation=self.incarnation,
                     )
                     if claim is not None:
                         self._run_claim(claim, startup=True)
                     continue
                 claims = (
-                    self.store.claim(worker=self.worker_id, types=self.types, lease=self.opts.lease)
+                    self.store.claim(
+                        worker=self.worker_id,
+                        types=self.types,
+                        lease=self.opts.lease,
+                        incarnation=self.incarnation,
+                    )
                     if self.types  # a DAG-only runner: no empty-list claim per idle loop
                     else []
                 )
                 if not claims and self.dag_types:
                     claims = self.store.dag_claim(
-                        worker=self.worker_id, types=self.dag_types, lease=self.opts.lease
+                        worker=self.worker_id,
+                        types=self.dag_types,
+                        lease=self.opts.lease,
+                        incarnation=self.incarnation,
                     )
                 if not claims:
-                    wait = self._idle_wait(self.store.next_due(types=self._due_types))
+                    wait = self._idle_wait(
+                        self.store.next_due(types=self.types, dag_types=self.dag_types)
+                    )
                     if wait > 0:
                         self.store.wait_for_work(wait)
                         self._local.held_timer = self._release_timer()
@@ -448,12 +579,23 @@ class Runner:
         with self._busy_lock:
             self._busy += 1
         try:
-            if claim.task.kind == "dag" and self._dag is not None:
-                self._dag.run(claim)
+            if claim.task.kind == "dag" or claim.instance.kind == "dag":
+                if (
+                    self._dag is None
+                    or claim.task.kind != claim.instance.kind
+                    or claim.instance.type not in self.dag_types
+                ):
+                    self._cannot_run(claim)
+                else:
+                    self._dag.run(claim)
             else:
                 self._drive(claim, startup=startup)
         except LeaseLost as exc:
-            log.warning("instance %s: %s", claim.instance.id, exc)
+            log.warning(
+                "instance %s: lease lost, this runner's outcome was not committed: %s",
+                claim.instance.id,
+                exc,
+            )
         except DataRejected as exc:
             # The instance's data, not the database: running it again would write the same
             # value again, forever. Set it aside (dead-lettered, with the reason).
@@ -471,7 +613,7 @@ class Runner:
                 claim.instance.id,
                 exc,
             )
-            self._hand_back(claim.instance.id)
+            self._hand_back(claim.instance.id, claim.task.lease_token)
         except Exception as exc:
             log.exception("instance %s: runner error; quarantining", claim.instance.id)
             self.store.quarantine(
@@ -481,18 +623,29 @@ class Runner:
             with self._busy_lock:
                 self._busy -= 1
 
-    def _hand_back(self, instance_id: str) -> None:
+    def _hand_back(self, instance_id: str, token: str | None) -> None:
         """Release a claim abandoned for a store error, once the store answers again.
 
         Our heartbeats extend every lease this runner holds, so an abandoned claim would
         otherwise never lapse. Until the release succeeds this thread does nothing else
         (there is nothing else it could do while the database is away); on shutdown the
-        lease simply runs out.
+        lease simply runs out. The release is fenced by the claim's lease token: a newer
+        claim of the instance (ours after a lapse, or anybody's) is never handed back.
+
+        After the release the thread backs off before it claims again (0.5 to 1.5 s,
+        random): the instance it handed back is due at once, and a store that fails
+        every commit would otherwise have its step run again in a tight loop.
         """
         delay = 0.1
         while not self._stopping.is_set():
             try:
-                self.store.release(worker=self.worker_id, instance_ids=[instance_id])
+                self.store.release(
+                    worker=self.worker_id,
+                    instance_ids=[instance_id],
+                    token=token,
+                    incarnation=self.incarnation,
+                )
+                self._stopping.wait(random.uniform(0.5, 1.5))
                 return
             except StoreError as exc:
                 log.log(
@@ -508,8 +661,10 @@ class Runner:
     def _drive(self, claim: Claim, *, startup: bool) -> None:
         inst = claim.instance
         cls = self.classes.get(inst.type)
-        if cls is None:  # cannot happen with type-filtered claims; be safe anyway
-            self.store.release(worker=self.worker_id, instance_ids=[inst.id])
+        if cls is None or inst.kind != "machine" or claim.task.kind != "machine":
+            # Claims filter on kind and type, so this is a row that lies about itself
+            # (written by hand, or a DAG named after a state machine): never run it.
+            self._cannot_run(claim)
             return
         spec = cls.spec()
         d = _Drive(
@@ -545,6 +700,16 @@ class Runner:
             return
         while self._run_step(d, input_model):
             pass
+
+    def _cannot_run(self, claim: Claim) -> None:
+        inst = claim.instance
+        reason = (
+            f"this runner cannot run a {claim.task.kind} task of type {inst.type!r} "
+            f"(instance kind {inst.kind!r}; hosted state machines: {list(self.types)}, "
+            f"DAG types: {list(self.dag_types)})"
+        )
+        log.error("instance %s: %s; quarantined", inst.id, reason)
+        self.store.quarantine(inst.id, reason=reason, worker=self.worker_id)
 
     def _begin(self, d: _Drive, claim: Claim, input_model: BaseModel, *, startup: bool) -> bool:
         """Decide what a claim that did not start a step means; True to go on driving."""

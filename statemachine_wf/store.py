@@ -247,15 +247,25 @@ class Store(Protocol):
         ...
 
     def claim(
-        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        lease: float,
+        limit: int = 1,
+        incarnation: str = "",
     ) -> list[Claim]:
-        """Lease up to ``limit`` due tasks of these types (the runner's hosted types).
+        """Lease up to ``limit`` due state-machine tasks (kind 'machine') of these types.
+
+        ``incarnation`` (the claiming Runner object's) prefixes the claim's lease token.
 
         Rows that cannot be decoded are quarantined (STALLED, dead-lettered) and skipped.
         """
         ...
 
-    def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
+    def claim_instance(
+        self, instance_id: str, *, worker: str, lease: float, incarnation: str = ""
+    ) -> Claim | None:
         """Lease this instance's task if nobody holds it, without starting anything."""
         ...
 
@@ -267,29 +277,56 @@ class Store(Protocol):
         """
         ...
 
-    def heartbeat(self, *, worker: str, lease: float, log_every: float | None = None) -> int:
-        """Extend every lease ``worker`` holds; return how many.
+    def heartbeat(
+        self,
+        *,
+        worker: str,
+        lease: float,
+        log_every: float | None = None,
+        incarnation: str | None = None,
+    ) -> int:
+        """Extend every lease ``worker`` holds (with ``incarnation``: only the leases of
+        that incarnation's claims, never a twin's); return how many.
 
         With ``log_every``, a claim seen held at an earlier heartbeat gets a HEARTBEAT
         event in the same statement, at most once per ``log_every`` seconds.
         """
         ...
 
-    def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
+    def release(
+        self,
+        *,
+        worker: str,
+        instance_ids: Sequence[str] | None = None,
+        token: str | None = None,
+        incarnation: str | None = None,
+    ) -> None:
         """Give leases back: the tasks are due now, in-flight marks kept.
 
         ``instance_ids=None`` releases every lease of ``worker``: a runner restarted with a
-        stable id does this once before it starts, so its previous life's work is due now
-        instead of after the lease runs out.
+        stable id does this for each dead incarnation of it before it starts, so its
+        previous life's work is due now instead of after the lease runs out. ``token``:
+        only a lease taken by the claim with that lease token (a hand-back);
+        ``incarnation``: only the leases of that incarnation's claims.
         """
+        ...
+
+    def lease_incarnations(self, *, worker: str) -> list[str]:
+        """The incarnations whose claims hold leases of ``worker`` that have not run out."""
         ...
 
     def active(self, *, types: Sequence[str] | None = None) -> list[InstanceRecord]:
         """RUNNING and STALLED instances (of these types), for start-up reconciliation."""
         ...
 
-    def next_due(self, *, types: Sequence[str]) -> float | None:
-        """Seconds until the next task of these types is due (0 if one is due), or None."""
+    def next_due(
+        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
+    ) -> float | None:
+        """Seconds until the next task of these types is due (0 if one is due), or None.
+
+        With ``dag_types``: state-machine tasks of ``types`` and DAG node tasks of
+        ``dag_types`` only (what a runner's two claims take), not any task of a type.
+        """
         ...
 
     def wait_for_work(self, timeout: float) -> bool:
@@ -411,7 +448,13 @@ class Store(Protocol):
         ...
 
     def dag_claim(
-        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        lease: float,
+        limit: int = 1,
+        incarnation: str = "",
     ) -> list[Claim]:
         """Lease due node tasks and append their NODE_STARTED (the next try) in one commit."""
         ...

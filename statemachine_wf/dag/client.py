@@ -13,10 +13,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from .. import live
-from ..client import Client, wait_for_status
+from ..client import (
+    Client,
+    check_id,
+    check_priority,
+    check_text,
+    wait_for_status,
+)
 from ..errors import ConcurrencyConflict, InputError, InvalidState, NotFound
 from ..events import EventRecord, Status
-from ..limits import check_payload
+from ..limits import check_payload, check_value
 from ..store import DagCommit, InstanceRecord, NewDagInstance, Store
 from . import interpret
 from .handlers import Registry
@@ -126,6 +132,7 @@ class DagClient:
             NotFound: no test run with that id (a saved definition's run is never deleted
                 this way).
         """
+        check_id(instance_id)
         if not self.store.dag_delete_test_run(instance_id):
             raise NotFound(f"no test run {instance_id!r}")
 
@@ -140,12 +147,16 @@ class DagClient:
         priority: int = 100,
         instance_id: str | None = None,
     ) -> str:
-        if priority < 0:
-            raise InputError(f"priority must be >= 0, got {priority}")
+        check_priority(priority)
+        check_text(idempotency_key, "idempotency_key")
+        if instance_id is not None:
+            check_id(instance_id)
         if input is not None and not isinstance(input, Mapping):
             raise InputError(f"input must be a mapping, got {type(input).__name__}")
         graph = check(definition)
         data = dict(input or {})
+        check_value("input", data)
+        self._check_type(definition.type)
         check_payload("input", data)  # the limit Client.start enforces, before any write
         created = {
             "input": data,
@@ -174,6 +185,20 @@ class DagClient:
                     f"({new_id})"
                 )
         return new_id
+
+    def _check_type(self, type_name: str) -> None:
+        """A DAG's task type must not name a state-machine workflow type.
+
+        Claims filter on kind, so such a DAG could not run a state machine anyway; it is
+        refused here so that its author hears why, instead of it waiting forever. The
+        state-machine types known are those registered by runners and ``migrate``.
+        """
+        if type_name in self.store.registered_types():
+            raise InputError(
+                f"DAG type {type_name!r} is the type of a hosted state-machine workflow; "
+                "a DAG definition's type must name a DAG task type (the runners' "
+                "dag_types, default 'swf.dag')"
+            )
 
     # -- reading ---------------------------------------------------------------------------
     def get(self, instance_id: str, *, include_deleted: bool = False) -> InstanceRecord:
@@ -223,6 +248,7 @@ class DagClient:
             NotFound: no such instance.
             InvalidState: it is not a DAG instance, or it already COMPLETED or FAILED.
         """
+        check_id(instance_id)
         for _ in range(50):
             snap = self.store.dag_snapshot(instance_id)
             if snap is None:
@@ -248,6 +274,7 @@ class DagClient:
 
     def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
         """Its events as they commit, until it ends: :func:`statemachine_wf.live.watch`."""
+        check_id(instance_id)
         return live.watch(self.store, instance_id, after_seq=after_seq)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -365,3 +366,17 @@ class Wakeup:
         """Wake every sleeping worker (shutdown)."""
         with self._cond:
             self._cond.notify_all()
+
+
+def new_lease_token(incarnation: str = "") -> str:
+    """A claim's lease token: ``incarnation/random`` (just random without an incarnation).
+
+    The incarnation (one per Runner object: host:pid:random) tells whose claim it is even
+    when two runners share a worker id: heartbeats and releases are fenced by it.
+    """
+    return f"{incarnation}/{uuid.uuid4().hex}" if incarnation else uuid.uuid4().hex
+
+
+def incarnation_prefix(incarnation: str | None) -> str | None:
+    """The lease-token prefix of ``incarnation``'s claims (None: any claim)."""
+    return None if not incarnation else incarnation + "/"

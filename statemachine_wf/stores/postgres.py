@@ -56,10 +56,12 @@ from ._common import (
     dag_apply_params,
     event_dicts,
     event_record,
+    incarnation_prefix,
     instance_record,
     key_clash,
     loads,
     new_event_dicts,
+    new_lease_token,
     projection_params,
     signal_counts,
     signal_record,
@@ -610,7 +612,13 @@ class PostgresStore:
 
     # -- runners ----------------------------------------------------------------------
     def claim(
-        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        lease: float,
+        limit: int = 1,
+        incarnation: str = "",
     ) -> list[Claim]:
         rows = self._all(
             Q["claim"],
@@ -619,7 +627,7 @@ class PostgresStore:
                 "worker": worker,
                 "lease": lease,
                 "limit": limit,
-                "token": uuid.uuid4().hex,
+                "token": new_lease_token(incarnation),
             },
         )
         claims = []
@@ -630,7 +638,9 @@ class PostgresStore:
                 if raw is None:
                     # The instance changed between our read and our write (an operator):
                     # we hold the task, but must look at the instance afresh.
-                    claims.append(self._bare_claim(task, worker=worker, lease=lease))
+                    claims.append(
+                        self._bare_claim(task, worker=worker, lease=lease, incarnation=incarnation)
+                    )
                     continue
                 if isinstance(raw, Undecodable):
                     raise ValueError(f"stored instance: {raw.reason}")
@@ -651,18 +661,27 @@ class PostgresStore:
                 )
         return claims
 
-    def _bare_claim(self, task: TaskRecord, *, worker: str, lease: float) -> Claim:
+    def _bare_claim(
+        self, task: TaskRecord, *, worker: str, lease: float, incarnation: str
+    ) -> Claim:
         with self._conn() as conn, conn.transaction():
             inst = conn.execute(Q["bump_version"], {"id": task.instance_id}).fetchone()
             leased = conn.execute(
                 Q["lease_task"],
-                {"task_id": task.id, "worker": worker, "lease": lease, "token": uuid.uuid4().hex},
+                {
+                    "task_id": task.id,
+                    "worker": worker,
+                    "lease": lease,
+                    "token": new_lease_token(incarnation),
+                },
             ).fetchone()
             if inst is None or leased is None:  # rolled back: nothing claimed
                 raise StoreError(f"postgres: claim of {task.instance_id}: its rows are gone")
         return Claim(task_record(leased), instance_record(inst), started=False)
 
-    def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
+    def claim_instance(
+        self, instance_id: str, *, worker: str, lease: float, incarnation: str = ""
+    ) -> Claim | None:
         with self._conn() as conn, conn.transaction():
             row = conn.execute(Q["claim_instance_lock"], {"id": instance_id, "worker": worker})
             locked = row.fetchone()
@@ -675,7 +694,7 @@ class PostgresStore:
                     "task_id": locked["id"],
                     "worker": worker,
                     "lease": lease,
-                    "token": uuid.uuid4().hex,
+                    "token": new_lease_token(incarnation),
                 },
             ).fetchone()
             if inst is None or leased is None:  # rolled back: nothing claimed
@@ -761,24 +780,50 @@ class PostgresStore:
     def children(self, parent_id: str) -> list[InstanceRecord]:
         return [instance_record(r) for r in self._all(Q["children"], {"id": parent_id})]
 
-    def heartbeat(self, *, worker: str, lease: float, log_every: float | None = None) -> int:
+    def heartbeat(
+        self,
+        *,
+        worker: str,
+        lease: float,
+        log_every: float | None = None,
+        incarnation: str | None = None,
+    ) -> int:
+        mine = incarnation_prefix(incarnation)
         if log_every is None:
             with self._conn() as conn:
-                return conn.execute(Q["heartbeat"], {"worker": worker, "lease": lease}).rowcount
-        params = {"worker": worker, "lease": lease, "every": log_every}
+                params = {"worker": worker, "lease": lease, "mine": mine}
+                return conn.execute(Q["heartbeat"], params).rowcount
+        params = {"worker": worker, "lease": lease, "every": log_every, "mine": mine}
         row = self._one(Q["heartbeat_logged"], params)
         return 0 if row is None else int(row["n"])
 
-    def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
+    def release(
+        self,
+        *,
+        worker: str,
+        instance_ids: Sequence[str] | None = None,
+        token: str | None = None,
+        incarnation: str | None = None,
+    ) -> None:
+        mine = incarnation_prefix(incarnation)
         with self._conn() as conn:
             if instance_ids is None:
-                conn.execute(Q["release_all"], {"worker": worker})
+                conn.execute(Q["release_all"], {"worker": worker, "mine": mine})
             else:
-                conn.execute(Q["release"], {"worker": worker, "ids": list(instance_ids)})
+                params = {"worker": worker, "ids": list(instance_ids), "token": token, "mine": mine}
+                conn.execute(Q["release"], params)
             conn.execute("SELECT pg_notify(%s, 'release')", (self.channel,))
 
-    def next_due(self, *, types: Sequence[str]) -> float | None:
-        row = self._one(Q["next_due"], {"types": list(types)})
+    def lease_incarnations(self, *, worker: str) -> list[str]:
+        return [str(r["inc"]) for r in self._all(Q["lease_incarnations"], {"worker": worker})]
+
+    def next_due(
+        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
+    ) -> float | None:
+        if dag_types is None:
+            row = self._one(Q["next_due"], {"types": list(types)})
+        else:
+            row = self._one(Q["next_due_kinds"], {"types": list(types), "dag": list(dag_types)})
         if row is None or row["wait"] is None:
             return None
         return max(0.0, float(row["wait"]))
@@ -959,12 +1004,22 @@ class PostgresStore:
         return str(existing["id"]), False
 
     def dag_claim(
-        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        lease: float,
+        limit: int = 1,
+        incarnation: str = "",
     ) -> list[Claim]:
-        rows = self._all(
-            Q["dag_claim"],
-            {"types": list(types), "worker": worker, "lease": lease, "limit": limit},
-        )
+        params = {
+            "types": list(types),
+            "worker": worker,
+            "lease": lease,
+            "limit": limit,
+            "token": new_lease_token(incarnation),
+        }
+        rows = self._all(Q["dag_claim"], params)
         claims = []
         for r in rows:
             raw = r["instance"]

@@ -15,7 +15,6 @@ import logging
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, assert_never
@@ -56,10 +55,12 @@ from ._common import (
     event_dicts,
     event_record,
     fast_start_allowed,
+    incarnation_prefix,
     instance_record,
     key_clash,
     loads,
     new_event_dicts,
+    new_lease_token,
     projection_params,
     signal_counts,
     signal_record,
@@ -394,12 +395,18 @@ class SQLiteStore:
 
     # -- runners ----------------------------------------------------------------------
     def claim(
-        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        lease: float,
+        limit: int = 1,
+        incarnation: str = "",
     ) -> list[Claim]:
         now = time.time()
         where, params = _type_filter(types)
         sql = (
-            "SELECT * FROM wf_tasks WHERE due_at <= ?"
+            "SELECT * FROM wf_tasks WHERE due_at <= ? AND kind = 'machine'"
             + where
             + " ORDER BY priority, due_at LIMIT ?"
         )
@@ -409,12 +416,18 @@ class SQLiteStore:
             for row in rows:
                 task = task_record(row)
                 try:
-                    claims.append(self._lease(conn, task, worker=worker, lease=lease, now=now))
+                    claims.append(
+                        self._lease(
+                            conn, task, worker=worker, lease=lease, now=now, inc=incarnation
+                        )
+                    )
                 except (ValueError, KeyError, TypeError) as exc:
                     self._quarantine(conn, task.instance_id, f"corrupt row: {exc}", worker, now)
         return claims
 
-    def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
+    def claim_instance(
+        self, instance_id: str, *, worker: str, lease: float, incarnation: str = ""
+    ) -> Claim | None:
         now = time.time()
         with self._write() as conn:
             row = conn.execute(Q["get_task"], {"id": instance_id, "slot": ""}).fetchone()
@@ -431,7 +444,9 @@ class SQLiteStore:
                 return None
 
             try:
-                return self._lease(conn, task, worker=worker, lease=lease, now=now, start=False)
+                return self._lease(
+                    conn, task, worker=worker, lease=lease, now=now, start=False, inc=incarnation
+                )
             except (ValueError, KeyError, TypeError) as exc:
                 self._quarantine(conn, task.instance_id, f"corrupt row: {exc}", worker, now)
                 return None
@@ -445,6 +460,7 @@ class SQLiteStore:
         lease: float,
         now: float,
         start: bool = True,
+        inc: str = "",
     ) -> Claim:
         instance = instance_record(
             conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
@@ -452,7 +468,7 @@ class SQLiteStore:
         problem = undecodable(instance)
         if problem is not None:
             raise ValueError(problem)  # the caller quarantines it: a dead letter, the reason
-        token = uuid.uuid4().hex
+        token = new_lease_token(inc)
         lease_params = {"task_id": task.id, "worker": worker, "token": token, "due_at": now + lease}
         if start and fast_start_allowed(instance, task):
             decision = decide.start(
@@ -698,16 +714,27 @@ class SQLiteStore:
             rows = self._conn().execute(Q["children"], {"id": parent_id}).fetchall()
         return [instance_record(r) for r in rows]
 
-    def heartbeat(self, *, worker: str, lease: float, log_every: float | None = None) -> int:
+    def heartbeat(
+        self,
+        *,
+        worker: str,
+        lease: float,
+        log_every: float | None = None,
+        incarnation: str | None = None,
+    ) -> int:
         now = time.time()
+        mine = incarnation_prefix(incarnation)
         with self._write() as conn:
             if log_every is None:
                 return conn.execute(
-                    Q["heartbeat"], {"worker": worker, "due_at": now + lease, "now": now}
+                    Q["heartbeat"],
+                    {"worker": worker, "due_at": now + lease, "now": now, "mine": mine},
                 ).rowcount
             # See the PostgreSQL query of the same name: first sighting of a claim marks
             # it, a later one logs a HEARTBEAT at most every ``log_every`` seconds.
-            held = conn.execute(Q["heartbeat_held"], {"worker": worker, "now": now}).fetchall()
+            held = conn.execute(
+                Q["heartbeat_held"], {"worker": worker, "now": now, "mine": mine}
+            ).fetchall()
             for t in held:
                 first = t["heartbeat_at"] is None or t["heartbeat_token"] != t["lease_token"]
                 log_it = not first and t["heartbeat_at"] <= now - log_every
@@ -737,19 +764,47 @@ class SQLiteStore:
                     )
             return len(held)
 
-    def release(self, *, worker: str, instance_ids: Sequence[str] | None = None) -> None:
+    def release(
+        self,
+        *,
+        worker: str,
+        instance_ids: Sequence[str] | None = None,
+        token: str | None = None,
+        incarnation: str | None = None,
+    ) -> None:
         now = time.time()
+        mine = incarnation_prefix(incarnation)
         with self._write() as conn:
             if instance_ids is None:
-                conn.execute(Q["release_all"], {"worker": worker, "now": now})
+                conn.execute(Q["release_all"], {"worker": worker, "now": now, "mine": mine})
             for instance_id in instance_ids or ():
-                conn.execute(
-                    Q["release"], {"worker": worker, "instance_id": instance_id, "now": now}
-                )
+                params = {
+                    "worker": worker,
+                    "instance_id": instance_id,
+                    "now": now,
+                    "token": token,
+                    "mine": mine,
+                }
+                conn.execute(Q["release"], params)
         self.nudge()
 
-    def next_due(self, *, types: Sequence[str]) -> float | None:
+    def lease_incarnations(self, *, worker: str) -> list[str]:
+        with wrap_errors():
+            rows = (
+                self._conn()
+                .execute(Q["lease_incarnations"], {"worker": worker, "now": time.time()})
+                .fetchall()
+            )
+        return [str(r["inc"]) for r in rows]
+
+    def next_due(
+        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
+    ) -> float | None:
         where, params = _type_filter(types)
+        if dag_types is not None:
+            dag_where, dag_params = _type_filter(dag_types)
+            where = f" AND ((kind = 'machine'{where}) OR (kind = 'dag'{dag_where}))"
+            params = [*params, *dag_params]
         with wrap_errors():
             row = (
                 self._conn()
@@ -993,9 +1048,16 @@ class SQLiteStore:
         return new.id, True
 
     def dag_claim(
-        self, *, worker: str, types: Sequence[str], lease: float, limit: int = 1
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        lease: float,
+        limit: int = 1,
+        incarnation: str = "",
     ) -> list[Claim]:
         now = time.time()
+        token = new_lease_token(incarnation)
         where, params = _type_filter(types)
         sql = Q["dag_due"] + where + " ORDER BY priority, due_at LIMIT ?"
         claims: list[Claim] = []
@@ -1005,7 +1067,8 @@ class SQLiteStore:
             for row in rows[:limit]:
                 task = task_record(row)
                 conn.execute(
-                    Q["dag_lease"], {"task_id": task.id, "worker": worker, "due_at": now + lease}
+                    Q["dag_lease"],
+                    {"task_id": task.id, "worker": worker, "due_at": now + lease, "token": token},
                 )
                 conn.execute(
                     Q["dag_started"],

@@ -87,18 +87,26 @@ class FaultyStore:
             self.fired, self.armed = self.armed, None
             raise Crash(self.fired)
 
-    def claim(self, *, worker: str, types: Any, lease: float, limit: int = 1) -> list[Claim]:
+    def claim(
+        self, *, worker: str, types: Any, lease: float, limit: int = 1, incarnation: str = ""
+    ) -> list[Claim]:
         before = self._before()
         self._at("claim", "before")
-        claims = self.inner.claim(worker=worker, types=types, lease=lease, limit=limit)
+        claims = self.inner.claim(
+            worker=worker, types=types, lease=lease, limit=limit, incarnation=incarnation
+        )
         self._remember_claim(before, claims)
         if claims:
             self._at("claim", "after")
         return claims
 
-    def claim_instance(self, instance_id: str, *, worker: str, lease: float) -> Claim | None:
+    def claim_instance(
+        self, instance_id: str, *, worker: str, lease: float, incarnation: str = ""
+    ) -> Claim | None:
         self._at("claim", "before")
-        claim = self.inner.claim_instance(instance_id, worker=worker, lease=lease)
+        claim = self.inner.claim_instance(
+            instance_id, worker=worker, lease=lease, incarnation=incarnation
+        )
         if claim is not None:
             self._at("claim", "after")
         return claim
@@ -269,15 +277,19 @@ class Stepper:
 
     def _runner_now(self) -> Runner:
         if self._runner is None:
+            options = RunnerOptions(
+                concurrency=1,
+                worker_id=f"stepper-{next(self.generation)}",
+                reconcile_on_start=False,
+            )
+            # The stepper drives each claim by hand and never starts the runner's threads:
+            # a lease of 0 makes every commit's task due at once for its next claim. Not a
+            # lease a running runner may have (RunnerOptions refuses it), hence set here.
+            object.__setattr__(options, "lease", 0.0)
             self._runner = Runner(
                 self.faulty,
                 [self.cls],
-                options=RunnerOptions(
-                    concurrency=1,
-                    lease=0.0,
-                    worker_id=f"stepper-{next(self.generation)}",
-                    reconcile_on_start=False,
-                ),
+                options=options,
                 dependencies={**self.dependencies, "_swf_stepper": self},
             )
         return self._runner

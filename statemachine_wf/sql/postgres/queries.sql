@@ -255,7 +255,8 @@ GROUP BY state;
 -- name: claim
 WITH picked AS (
     SELECT id FROM wf_tasks
-    WHERE due_at <= now() AND type = ANY(%(types)s)
+    -- State-machine tasks only: a DAG instance named after a hosted type is not ours.
+    WHERE due_at <= now() AND type = ANY(%(types)s) AND kind = 'machine'
     ORDER BY priority, due_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -326,8 +327,11 @@ WHERE id = %(task_id)s
 RETURNING *, true AS leased;
 
 -- name: heartbeat
+-- %(mine)s: the lease-token prefix of the beating runner's incarnation (NULL: any), so a
+-- live runner never keeps a dead twin's leases (same worker id) alive.
 UPDATE wf_tasks SET due_at = now() + %(lease)s * interval '1 second'
-WHERE lease_owner = %(worker)s AND due_at > now();
+WHERE lease_owner = %(worker)s AND due_at > now()
+  AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text);
 
 -- name: heartbeat_logged
 -- The same extension, and a HEARTBEAT event for every claim already seen held at an
@@ -340,6 +344,7 @@ WITH held AS (
            (heartbeat_at IS NULL OR heartbeat_token IS DISTINCT FROM lease_token) AS first
     FROM wf_tasks
     WHERE lease_owner = %(worker)s AND due_at > now()
+    AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
     FOR UPDATE
 ), ext AS (
     UPDATE wf_tasks t
@@ -358,10 +363,17 @@ SELECT count(*) AS n FROM ext;
 
 -- name: release
 UPDATE wf_tasks SET lease_owner = NULL, due_at = now()
-WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s);
+WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s)
+  AND (%(token)s::text IS NULL OR lease_token = %(token)s::text)
+  AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text);
+
+-- name: lease_incarnations
+SELECT DISTINCT split_part(lease_token, '/', 1) AS inc FROM wf_tasks
+WHERE lease_owner = %(worker)s AND due_at > now() AND strpos(lease_token, '/') > 0;
 
 -- name: release_all
-UPDATE wf_tasks SET lease_owner = NULL, due_at = now() WHERE lease_owner = %(worker)s;
+UPDATE wf_tasks SET lease_owner = NULL, due_at = now() WHERE lease_owner = %(worker)s
+  AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text);
 
 -- name: active
 SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;
@@ -369,6 +381,11 @@ SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY creat
 -- name: next_due
 SELECT extract(epoch FROM (min(due_at) - now()))::float8 AS wait
 FROM wf_tasks WHERE type = ANY(%(types)s);
+
+-- name: next_due_kinds
+SELECT extract(epoch FROM (min(due_at) - now()))::float8 AS wait
+FROM wf_tasks
+WHERE (kind = 'machine' AND type = ANY(%(types)s)) OR (kind = 'dag' AND type = ANY(%(dag)s));
 
 -- name: dead_letter
 INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
@@ -503,7 +520,8 @@ WITH picked AS (
     FOR NO KEY UPDATE OF i SKIP LOCKED
 ), claimed AS (
     UPDATE wf_tasks t
-    SET lease_owner = %(worker)s, due_at = now() + %(lease)s * interval '1 second',
+    SET lease_owner = %(worker)s, lease_token = %(token)s,
+        due_at = now() + %(lease)s * interval '1 second',
         attempt = t.attempt + 1, in_flight = true
     FROM picked p WHERE t.id = p.id
     RETURNING t.*

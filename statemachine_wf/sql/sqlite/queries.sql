@@ -64,11 +64,13 @@ UPDATE wf_tasks SET lease_owner = :worker, lease_token = :token, due_at = :due_a
 WHERE id = :task_id;
 
 -- name: heartbeat
-UPDATE wf_tasks SET due_at = :due_at WHERE lease_owner = :worker AND due_at > :now;
+UPDATE wf_tasks SET due_at = :due_at WHERE lease_owner = :worker AND due_at > :now
+  AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
 
 -- name: heartbeat_held
 SELECT id, instance_id, node, attempt, lease_token, heartbeat_token, heartbeat_at
-FROM wf_tasks WHERE lease_owner = :worker AND due_at > :now;
+FROM wf_tasks WHERE lease_owner = :worker AND due_at > :now
+  AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
 
 -- name: heartbeat_one
 UPDATE wf_tasks SET due_at = :due_at, heartbeat_token = lease_token, heartbeat_at = :at
@@ -86,10 +88,17 @@ FROM wf_instances WHERE id = :id;
 
 -- name: release
 UPDATE wf_tasks SET lease_owner = NULL, due_at = :now
-WHERE lease_owner = :worker AND instance_id = :instance_id;
+WHERE lease_owner = :worker AND instance_id = :instance_id
+  AND (:token IS NULL OR lease_token = :token)
+  AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
+
+-- name: lease_incarnations
+SELECT DISTINCT substr(lease_token, 1, instr(lease_token, '/') - 1) AS inc FROM wf_tasks
+WHERE lease_owner = :worker AND due_at > :now AND instr(lease_token, '/') > 0;
 
 -- name: release_all
-UPDATE wf_tasks SET lease_owner = NULL, due_at = :now WHERE lease_owner = :worker;
+UPDATE wf_tasks SET lease_owner = NULL, due_at = :now WHERE lease_owner = :worker
+  AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
 
 -- name: active
 SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;
@@ -240,8 +249,8 @@ FROM wf_instances WHERE id = :instance_id;
 SELECT * FROM wf_tasks WHERE due_at <= ? AND kind = 'dag'
 
 -- name: dag_lease
-UPDATE wf_tasks SET lease_owner = :worker, due_at = :due_at, attempt = attempt + 1,
-                    in_flight = 1
+UPDATE wf_tasks SET lease_owner = :worker, lease_token = :token, due_at = :due_at,
+                    attempt = attempt + 1, in_flight = 1
 WHERE id = :task_id;
 
 -- name: dag_started

@@ -80,10 +80,10 @@ def killing_store(base: type[Any], switch: KillSwitch, outage: float = 0.0) -> t
     outage_until: list[float] = []
 
     class KillingStore(base):  # type: ignore[misc,valid-type]
-        def heartbeat(self, *, worker: str, lease: float, log_every: float | None = None) -> int:
+        def heartbeat(self, **kwargs: Any) -> int:
             if outage_until and time.monotonic() < outage_until[0]:
                 raise StoreError("injected heartbeat outage")
-            n: int = super().heartbeat(worker=worker, lease=lease, log_every=log_every)
+            n: int = super().heartbeat(**kwargs)
             return n
 
         def claim(self, **kwargs: Any) -> list[Claim]:
