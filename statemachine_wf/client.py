@@ -447,7 +447,7 @@ class Client:
             raise InputError("token must be a non-empty string of at most 200 characters")
         check_text(token, "token")
         check_delay(delay)
-        check_value("payload", payload)  # deep, NUL, NaN: named, no RecursionError
+        check_value(f"signal {name!r} payload", payload)  # deep, NUL, NaN: named
         try:
             json.dumps(payload, allow_nan=False)
         except (TypeError, ValueError, RecursionError) as exc:
