@@ -125,36 +125,17 @@ class Config:
     @staticmethod
     def payload_limit_from_env(env: Mapping[str, str] | None = None) -> int | None:
         """``SWF_MAX_PAYLOAD_BYTES`` if set (validated), else None."""
-        env = os.environ if env is None else env
-        raw = env.get("SWF_MAX_PAYLOAD_BYTES")
-        if not raw:
-            return None
-        try:
-            limit = int(raw)
-        except ValueError:
-            raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be an integer, got {raw!r}") from None
-        if not 1 <= limit < 10**18:
-            raise ValueError(f"SWF_MAX_PAYLOAD_BYTES must be from 1 to 10**18 - 1, got {limit}")
-        return limit
+        return _limit_from_env(os.environ if env is None else env, "SWF_MAX_PAYLOAD_BYTES", 1)
 
     @staticmethod
     def dag_limit_from_env(name: str, env: Mapping[str, str] | None = None) -> int:
         """``SWF_MAX_DAG_BYTES`` or ``SWF_MAX_DAG_NODES`` (validated), else its default."""
-        env = os.environ if env is None else env
         default = {
             "SWF_MAX_DAG_BYTES": DEFAULT_MAX_DAG_BYTES,
             "SWF_MAX_DAG_NODES": DEFAULT_MAX_DAG_NODES,
         }[name]
-        raw = env.get(name)
-        if not raw:
-            return default
-        try:
-            limit = int(raw)
-        except ValueError:
-            raise ValueError(f"{name} must be an integer, got {raw!r}") from None
-        if not 2 <= limit < 10**18:
-            raise ValueError(f"{name} must be from 2 to 10**18 - 1, got {limit}")
-        return limit
+        limit = _limit_from_env(os.environ if env is None else env, name, 2)
+        return default if limit is None else limit
 
     def store_options(self) -> dict[str, Any]:
         """The keyword arguments of ``open_store(self.database_url, ...)``."""
@@ -166,3 +147,17 @@ class Config:
             "pool_timeout": self.pool_timeout,
             "reconnect_interval": self.reconnect_interval,
         }
+
+
+def _limit_from_env(env: Mapping[str, str], name: str, low: int) -> int | None:
+    """The whole number in ``env[name]`` (from ``low`` to 10**18 - 1), or None if unset."""
+    raw = env.get(name)
+    if not raw:
+        return None
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+    if not low <= limit < 10**18:
+        raise ValueError(f"{name} must be from {low} to 10**18 - 1, got {limit}")
+    return limit
