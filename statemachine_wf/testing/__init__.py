@@ -27,7 +27,7 @@ from .machine import (
     committed_outcomes,
     sqlite_store,
 )
-from .stepper import BOUNDARIES, Crash, FaultyStore, Stepper, TickResult
+from .stepper import BOUNDARIES, Crash, FaultyStore, Ghost, Stepper, TickResult
 from .strategies import (
     DEFAULT_ERRORS,
     Outcome,
@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_ERRORS",
     "Crash",
     "FaultyStore",
+    "Ghost",
     "InvariantViolation",
     "Invariants",
     "Outcome",

@@ -484,8 +484,10 @@ def committed_outcomes(stepper: Stepper) -> dict[str, deque[Outcome]]:
 
     An attempt whose outcome was committed contributes the outcome it ran with; an
     in-doubt attempt that a reconcile hook moved forward counts as a success (the hook
-    found its effect); one the hook failed counts as that failure; an attempt lost to a
-    crash and run again contributes nothing.
+    found its effect); one the hook failed counts as that failure. An attempt whose
+    action ran but whose outcome a crash lost, and that was then run again, contributes
+    a :class:`~statemachine_wf.testing.stepper.Ghost`: the replay repeats its effect on
+    the world and drops its result, as the crash did.
     """
     if stepper.instance_id is None:
         raise RuntimeError("the stepper has no instance yet: call start() first")
@@ -494,12 +496,19 @@ def committed_outcomes(stepper: Stepper) -> dict[str, deque[Outcome]]:
         if e.node is None or e.attempt is None:
             continue
         key = (e.node, e.attempt)
-        if e.event_type == Ev.STEP_FAILED and key in stepper.reconcile_raised:
+        ghost = stepper.lost.get(key)
+        if e.event_type == Ev.STEP_STARTED and ghost is not None:
+            queues[e.node].append(ghost)
+        elif e.event_type == Ev.STEP_FAILED and key in stepper.reconcile_raised:
             queues[e.node].append(Raise(stepper.reconcile_raised[key]))
         elif e.event_type in ENDS_ATTEMPT:
             queues[e.node].append(stepper.ran.get(key, Proceed()))
         elif e.event_type == Ev.RECONCILED and e.payload.get("decision") in ("goto", "complete"):
             ran = stepper.ran.get(key, Proceed())
+            if ghost is not None and queues[e.node] and queues[e.node][-1] is ghost:
+                # The hook found the lost attempt's effect: it stands for that run.
+                queues[e.node].pop()
+                ran = ghost.outcome
             queues[e.node].append(ran if isinstance(ran, Return) else Proceed())
     return queues
 

@@ -16,6 +16,7 @@ zero seconds long, and when nothing is due the stepper lets time pass with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import itertools
@@ -26,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from ..client import Client
-from ..context import ReconcileContext
+from ..context import ReconcileContext, StepContext
 from ..decide import Decision
 from ..errors import ConcurrencyConflict
 from ..events import Ev, Status
@@ -56,6 +57,48 @@ OutcomeSource = Callable[[str, int], Outcome]
 class Crash(BaseException):
     # that neither the runner's nor an action's ``except Exception`` can swallow it.
     """A simulated SIGKILL: the process dies here, the store keeps what it committed."""
+
+
+class _GhostStop(BaseException):
+    """Ends a ghost run where the crash cut the lost attempt short."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ghost(Outcome):
+    """An attempt that a crash cut short, replayed for its effect on the world only.
+
+    A reference run (no crash) meets the same world as the crashed run only if it
+    repeats the attempts whose outcome the crash lost: their effects on the world
+    (a poll counted, a request sent) stay even though the log kept nothing. A ghost runs
+    the action with ``outcome`` up to where the crash struck (``stop``: before or after
+    the ``saves``-th ``ctx.save``, or to its end), keeps what it saved, and drops its
+    result; the next outcome of the step is then run for real.
+    """
+
+    outcome: Outcome
+    stop: Literal["before_save", "after_save"] | None = None
+    saves: int = 0
+
+
+class _GhostHost:
+    """The real step's host for a ghost run, stopping it where the crash struck."""
+
+    def __init__(self, inner: Any, ghost: Ghost) -> None:
+        self._inner = inner
+        self._ghost = ghost
+        self._saves = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def save_progress(self, delta: Mapping[str, Any]) -> None:
+        self._saves += 1
+        ghost = self._ghost
+        if ghost.stop == "before_save" and self._saves > ghost.saves:
+            raise _GhostStop
+        self._inner.save_progress(delta)
+        if ghost.stop == "after_save" and self._saves >= ghost.saves:
+            raise _GhostStop
 
 
 def _kind(decision: Decision) -> str:
@@ -167,6 +210,13 @@ def _wrap_action(fn: Callable[..., Any], step: str, is_async: bool) -> Callable[
         @functools.wraps(fn)
         async def run_async(self: Any, ctx: Any) -> Any:
             outcome = self._swf_stepper._outcome(step, ctx.attempt)
+            while isinstance(outcome, Ghost):
+                ghost_ctx = _ghost_context(ctx, outcome)
+                with contextlib.suppress(Exception, _GhostStop):
+                    if _runs(outcome.outcome):
+                        await fn(self, ghost_ctx)
+                ctx._saved.update(ghost_ctx._saved)
+                outcome = self._swf_stepper._outcome(step, ctx.attempt)
             _raise_before(outcome)
             result = await fn(self, ctx) if _runs(outcome) else None
             return _after(outcome, result)
@@ -176,6 +226,13 @@ def _wrap_action(fn: Callable[..., Any], step: str, is_async: bool) -> Callable[
     @functools.wraps(fn)
     def run(self: Any, ctx: Any) -> Any:
         outcome = self._swf_stepper._outcome(step, ctx.attempt)
+        while isinstance(outcome, Ghost):
+            ghost_ctx = _ghost_context(ctx, outcome)
+            with contextlib.suppress(Exception, _GhostStop):
+                if _runs(outcome.outcome):
+                    fn(self, ghost_ctx)
+            ctx._saved.update(ghost_ctx._saved)
+            outcome = self._swf_stepper._outcome(step, ctx.attempt)
         _raise_before(outcome)
         result = fn(self, ctx) if _runs(outcome) else None
         return _after(outcome, result)
@@ -184,7 +241,26 @@ def _wrap_action(fn: Callable[..., Any], step: str, is_async: bool) -> Callable[
 
 
 def _runs(outcome: Outcome) -> bool:
+    if isinstance(outcome, Raise):
+        return outcome.after
     return not isinstance(outcome, Return) or outcome.run
+
+
+def _ghost_context(ctx: StepContext[Any, Any], ghost: Ghost) -> StepContext[Any, Any]:
+    """A fresh context on the same step, whose saves stop where the crash struck."""
+    return StepContext(
+        instance_id=ctx.instance_id,
+        workflow_type=ctx.workflow_type,
+        step=ctx.step,
+        attempt=ctx.attempt,
+        input=ctx.input,
+        progress=ctx._saved,
+        progress_model=ctx._progress_model,
+        host=_GhostHost(ctx._host, ghost),
+        reason=ctx.reason,
+        waits=ctx._waits,
+        signals=ctx._signals,
+    )
 
 
 def _raise_before(outcome: Outcome) -> None:
@@ -255,6 +331,8 @@ class Stepper:
     """The outcome used by the last run of each (step, attempt)."""
     reconcile_raised: dict[tuple[str, int], BaseException] = field(default_factory=dict)
     """What the last reconcile of an in-doubt (step, attempt) raised, if it raised."""
+    lost: dict[tuple[str, int], Ghost] = field(default_factory=dict)
+    """Attempts whose action ran but whose outcome a crash lost, as ghosts to replay."""
 
     def __post_init__(self) -> None:
         self.cls = instrument(self.workflow)
@@ -351,10 +429,27 @@ class Stepper:
         except Crash:
             self.crashes += 1
             result.crashed = self.faulty.fired
+            self._remember_lost(result)
             self._abandon()
         finally:
             self.faulty.armed = None
         return result
+
+    def _remember_lost(self, result: TickResult) -> None:
+        """The crash cut an action short (or lost its outcome): keep it as a ghost."""
+        if result.kind != "step" or result.step is None or result.attempt is None:
+            return
+        key = (result.step, result.attempt)
+        ran = self.ran.get(key)
+        if ran is None or not _runs(ran) or result.crashed in ("after_outcome", None):
+            return
+        saves = sum(
+            1
+            for e in self.store.events(self.instance_id or "")
+            if e.event_type == Ev.PROGRESS_SET and (e.node, e.attempt) == key
+        )
+        stop = result.crashed if result.crashed in ("before_save", "after_save") else None
+        self.lost[key] = Ghost(ran, stop, saves)
 
     def _tick(self, result: TickResult, *, startup: bool) -> None:
         if self.instance_id is None:

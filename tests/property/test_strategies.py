@@ -14,7 +14,7 @@ from .workflows import OrderInput, TransferInput
 def test_exported_members() -> None:
     assert sorted(testing.__all__) == sorted(
         [
-            "BOUNDARIES", "DEFAULT_ERRORS", "Crash", "FaultyStore", "InvariantViolation",
+            "BOUNDARIES", "DEFAULT_ERRORS", "Crash", "FaultyStore", "Ghost", "InvariantViolation",
             "Invariants", "Outcome", "Proceed", "Raise", "Return", "Stepper", "TickResult",
             "WorkflowStateMachine", "always", "check_workflow", "committed_outcomes",
             "from_model", "outcomes", "sqlite_store",
