@@ -36,7 +36,7 @@ from .events import Status
 from .inbox import parse_duration
 from .redact import redact_url
 from .runner import Runner, RunnerOptions
-from .store import Store
+from .store import KIND_NAMES, Store, TypeKind
 from .stores import open_store
 from .workflow import Workflow
 
@@ -386,8 +386,10 @@ def _run(args: argparse.Namespace) -> int:
         )
     elif cmd == "status":
         r = client.get(args.id)
+        kind: TypeKind = "dag" if r.kind == "dag" else "machine"
+        hosted = r.status.terminal or r.type in store.registered_types(kind)
         if args.json:
-            print(json.dumps(_record_dict(r), indent=2))
+            print(json.dumps({**_record_dict(r), "hosted": hosted}, indent=2))
         else:
             print(f"{r.id}  {r.type}  {r.status}  step={r.step} attempt={r.step_attempts}")
             print(f"  progress: {json.dumps(r.progress)}")
@@ -395,6 +397,11 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"  error: {json.dumps(r.error)}")
             if r.cancel_requested and not r.status.terminal:
                 print("  cancel requested")
+            if not hosted:
+                print(
+                    f"  no runner has registered the {KIND_NAMES[kind]} type {r.type!r}: "
+                    "it waits until one that hosts it starts"
+                )
             wait = r.wait
             if wait is not None:
                 what = f"signal {wait.get('name')!r}" if wait.get("kind") == "signal" else "timer"

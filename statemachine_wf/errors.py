@@ -104,6 +104,21 @@ class UnknownWorkflowType(InputError):
         super().__init__(f"unknown workflow type {type_name!r}{hint}")
 
 
+class TypeKindConflict(InputError):
+    """A workflow type is registered as one kind (state machine or DAG) and used as the other.
+
+    Every type is one kind only, in the database too: a runner that hosts a state machine
+    and one that hosts DAGs of the same type name cannot both start.
+    """
+
+    def __init__(self, type_name: str, registered: str, wanted: str) -> None:
+        self.type_name = type_name
+        super().__init__(
+            f"type {type_name!r} is registered as a {registered} type; it cannot also be a "
+            f"{wanted} type (every type name is one kind only)"
+        )
+
+
 class PayloadTooLarge(InputError):
     """The payload is larger than the limit."""
 

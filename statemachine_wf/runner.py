@@ -326,6 +326,8 @@ class Runner:
         self.store.migrate()
         if self.types:  # what SQL producers may start (docs/architecture.md, "The inbox")
             self.store.register_types(self.types, by=self.worker_id)
+        if self.dag_types:  # every type is one kind only; a DAG type no runner hosts is told
+            self.store.register_types(self.dag_types, by=self.worker_id, kind="dag")
         if self.opts.worker_id is not None:
             self._release_dead_twins(self.opts.worker_id)
         if self.opts.reconcile_on_start:

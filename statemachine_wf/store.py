@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .decide import Decision
 from .events import EventRecord, NewEvent, Status
@@ -20,6 +20,11 @@ from .waits import NewSignal, SignalRecord
 if TYPE_CHECKING:
     from .dag.interpret import DagDecision
     from .stores._live import LiveHub
+
+
+TypeKind = Literal["machine", "dag"]
+KIND_NAMES: dict[str, str] = {"machine": "state-machine", "dag": "DAG"}
+"""How errors name each kind of workflow type."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,11 +387,15 @@ class Store(Protocol):
     def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]: ...
 
     # -- the inbox: type registry, dead-letter redrive, retention -------------------
-    def register_types(self, types: Sequence[str], *, by: str) -> None:
-        """Declare types a runner hosts: what a SQL producer may start."""
+    def register_types(self, types: Sequence[str], *, by: str, kind: TypeKind = "machine") -> None:
+        """Declare types a runner hosts (state machines: what a SQL producer may start).
+
+        Raises:
+            TypeKindConflict: a type is registered as the other kind; nothing is written.
+        """
         ...
 
-    def registered_types(self) -> list[str]: ...
+    def registered_types(self, kind: TypeKind = "machine") -> list[str]: ...
 
     def dead_letter_get(self, letter_id: int) -> dict[str, Any] | None: ...
 

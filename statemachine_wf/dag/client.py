@@ -8,6 +8,7 @@ definition from its own log, so saving a new version never changes it.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -20,7 +21,7 @@ from ..client import (
     check_text,
     wait_for_status,
 )
-from ..errors import ConcurrencyConflict, InputError, InvalidState, NotFound
+from ..errors import ConcurrencyConflict, InputError, InvalidState, NotFound, TypeKindConflict
 from ..events import EventRecord, Status
 from ..limits import check_payload, check_value
 from ..store import DagCommit, InstanceRecord, NewDagInstance, Store
@@ -28,6 +29,8 @@ from . import interpret
 from .handlers import Registry
 from .interpret import LogView
 from .models import DagDefinition, check, load
+
+log = logging.getLogger(__name__)
 
 
 class DagClient:
@@ -189,15 +192,19 @@ class DagClient:
     def _check_type(self, type_name: str) -> None:
         """A DAG's task type must not name a state-machine workflow type.
 
-        Claims filter on kind, so such a DAG could not run a state machine anyway; it is
-        refused here so that its author hears why, instead of it waiting forever. The
-        state-machine types known are those registered by runners and ``migrate``.
+        Every type is one kind only (the database refuses a name registered as both), so
+        such a DAG could never run; it is refused here so that its author hears why. A
+        type no DAG runner has registered yet is started, with a warning: it waits until
+        a runner with that type among its ``dag_types`` starts (``status`` says so too).
         """
         if type_name in self.store.registered_types():
-            raise InputError(
-                f"DAG type {type_name!r} is the type of a hosted state-machine workflow; "
-                "a DAG definition's type must name a DAG task type (the runners' "
-                "dag_types, default 'swf.dag')"
+            raise TypeKindConflict(type_name, "state-machine", "DAG")
+        if type_name not in self.store.registered_types("dag"):
+            log.warning(
+                "no runner has registered the DAG type %r yet: its instances wait until a "
+                "runner with it among its dag_types starts (worker --dag-type %s)",
+                type_name,
+                type_name,
             )
 
     # -- reading ---------------------------------------------------------------------------

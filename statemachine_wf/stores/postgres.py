@@ -34,11 +34,13 @@ from ..errors import (
     SchemaTooNew,
     StoreError,
     StoreUnavailable,
+    TypeKindConflict,
 )
 from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
 from ..limits import checked_dumps, configured_max_payload_bytes
 from ..store import (
+    KIND_NAMES,
     Claim,
     Commit,
     DagCommit,
@@ -47,6 +49,7 @@ from ..store import (
     NewDagInstance,
     NewInstance,
     TaskRecord,
+    TypeKind,
     like_prefix,
 )
 from ..waits import NewSignal, SignalRecord
@@ -902,13 +905,33 @@ class PostgresStore:
             )
 
     # -- the inbox: type registry, redrive, retention ------------------------------------
-    def register_types(self, types: Sequence[str], *, by: str) -> None:
+    def register_types(self, types: Sequence[str], *, by: str, kind: TypeKind = "machine") -> None:
+        query = "register_type" if kind == "machine" else "register_dag_type"
+        names = sorted(types)  # one order everywhere: no deadlock
         with self._conn() as conn, conn.transaction():
-            for type_name in sorted(types):  # one order everywhere: no deadlock
-                conn.execute(Q["register_type"], {"type": type_name, "by": by})
+            clash = conn.execute(
+                Q["type_of_other_kind"],
+                {
+                    "dag": names if kind == "dag" else [],
+                    "machine": names if kind == "machine" else [],
+                },
+            ).fetchone()
+            other: TypeKind = "dag" if kind == "machine" else "machine"
+            if clash is not None:
+                raise TypeKindConflict(clash["type"], KIND_NAMES[other], KIND_NAMES[kind])
+            for type_name in names:
+                try:
+                    conn.execute(Q[query], {"type": type_name, "by": by})
+                except psycopg.Error as exc:
+                    if exc.sqlstate == "SWF04":  # registered as the other kind meanwhile
+                        raise TypeKindConflict(
+                            type_name, KIND_NAMES[other], KIND_NAMES[kind]
+                        ) from None
+                    raise
 
-    def registered_types(self) -> list[str]:
-        return [r["type"] for r in self._all(Q["registered_types"], {})]
+    def registered_types(self, kind: TypeKind = "machine") -> list[str]:
+        query = "registered_types" if kind == "machine" else "registered_dag_types"
+        return [r["type"] for r in self._all(Q[query], {})]
 
     def dead_letter_get(self, letter_id: int) -> dict[str, Any] | None:
         row = self._one(Q["dead_letter_get"], {"id": letter_id})

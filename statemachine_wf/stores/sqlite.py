@@ -30,11 +30,13 @@ from ..errors import (
     PayloadTooLarge,
     SchemaTooNew,
     StoreError,
+    TypeKindConflict,
 )
 from ..events import Ev, EventRecord, NewEvent, Status
 from ..fold import Projection
 from ..limits import DEFAULT_MAX_PAYLOAD_BYTES, configured_max_payload_bytes
 from ..store import (
+    KIND_NAMES,
     Claim,
     Commit,
     DagCommit,
@@ -43,6 +45,7 @@ from ..store import (
     NewDagInstance,
     NewInstance,
     TaskRecord,
+    TypeKind,
     like_prefix,
 )
 from ..waits import NewSignal, SignalRecord
@@ -865,15 +868,21 @@ class SQLiteStore:
         return [{**dict(r), "envelope": _json(r["envelope"])} for r in rows]
 
     # -- the inbox: type registry, redrive, retention ------------------------------------
-    def register_types(self, types: Sequence[str], *, by: str) -> None:
+    def register_types(self, types: Sequence[str], *, by: str, kind: TypeKind = "machine") -> None:
         now = time.time()
+        query = "register_type" if kind == "machine" else "register_dag_type"
+        other: TypeKind = "dag" if kind == "machine" else "machine"
+        taken = set(self.registered_types(other))
         with self._write() as conn:
             for type_name in sorted(types):
-                conn.execute(Q["register_type"], {"type": type_name, "by": by, "now": now})
+                if type_name in taken:
+                    raise TypeKindConflict(type_name, KIND_NAMES[other], KIND_NAMES[kind])
+                conn.execute(Q[query], {"type": type_name, "by": by, "now": now})
 
-    def registered_types(self) -> list[str]:
+    def registered_types(self, kind: TypeKind = "machine") -> list[str]:
+        query = "registered_types" if kind == "machine" else "registered_dag_types"
         with wrap_errors():
-            rows = self._conn().execute(Q["registered_types"]).fetchall()
+            rows = self._conn().execute(Q[query]).fetchall()
         return [r["type"] for r in rows]
 
     def dead_letter_get(self, letter_id: int) -> dict[str, Any] | None:

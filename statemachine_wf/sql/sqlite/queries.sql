@@ -323,6 +323,14 @@ ON CONFLICT (type) DO UPDATE SET registered_by = excluded.registered_by,
 -- name: registered_types
 SELECT type FROM wf_types ORDER BY type;
 
+-- name: register_dag_type
+INSERT INTO wf_dag_types (type, registered_by, updated_at) VALUES (:type, :by, :now)
+ON CONFLICT (type) DO UPDATE SET registered_by = excluded.registered_by,
+                                 updated_at = excluded.updated_at;
+
+-- name: registered_dag_types
+SELECT type FROM wf_dag_types ORDER BY type;
+
 -- name: dead_letter_get
 SELECT * FROM wf_dead_letters WHERE id = :id;
 

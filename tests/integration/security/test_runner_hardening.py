@@ -28,11 +28,13 @@ from statemachine_wf import (
 )
 from statemachine_wf.cli import main
 from statemachine_wf.dag.client import DagClient
-from statemachine_wf.errors import StoreUnavailable
+from statemachine_wf.dag.handlers import Registry
+from statemachine_wf.errors import StoreUnavailable, TypeKindConflict
 from statemachine_wf.events import Ev
 from statemachine_wf.store import Commit
 from tests.integration.dag.helpers import linear
 
+from ..core.test_poison import raw
 from ..crash.harness import poll_until
 
 
@@ -133,9 +135,70 @@ def test_dag_start_refuses_a_state_machine_type(store: Store) -> None:
     store.migrate()
     store.register_types([Pay.workflow_type], by="test")
     evil = linear().model_copy(update={"type": Pay.workflow_type})
-    with pytest.raises(InputError, match="type of a hosted state-machine workflow"):
+    with pytest.raises(TypeKindConflict, match="registered as a state-machine type"):
         DagClient(store).start(evil, {"x": 1})
     assert store.list_instances() == []
+
+
+def test_a_type_is_one_kind_only_in_the_database(store: Store) -> None:
+    store.migrate()
+    store.register_types([Pay.workflow_type], by="test")
+    store.register_types(["orders.dag"], by="test", kind="dag")
+    with pytest.raises(TypeKindConflict, match="registered as a state-machine type"):
+        store.register_types(["orders.dag2", Pay.workflow_type], by="test", kind="dag")
+    with pytest.raises(TypeKindConflict, match="registered as a DAG type"):
+        store.register_types(["orders.dag"], by="test")
+    assert store.registered_types() == [Pay.workflow_type]
+    assert store.registered_types("dag") == ["orders.dag"]  # nothing written by the refusals
+    # Past the store's check (a producer writing SQL): the database itself refuses.
+    with pytest.raises(Exception, match="registered as a DAG type"):
+        raw(
+            store,
+            "INSERT INTO wf_types (type, registered_by, updated_at) VALUES (%s, 'sql', 0)"
+            if store.dialect == "sqlite"
+            else "INSERT INTO wf_types (type, registered_by) VALUES (%s, 'sql')",
+            ("orders.dag",),
+        )
+    with pytest.raises(Exception, match="registered as a state-machine type"):
+        raw(
+            store,
+            "INSERT INTO wf_dag_types (type, registered_by, updated_at) VALUES (%s, 'sql', 0)"
+            if store.dialect == "sqlite"
+            else "INSERT INTO wf_dag_types (type, registered_by) VALUES (%s, 'sql')",
+            (Pay.workflow_type,),
+        )
+
+
+def test_a_runner_refuses_to_host_a_dag_type_that_is_a_state_machine_type(store: Store) -> None:
+    store.migrate()
+    store.register_types([Pay.workflow_type], by="another runner")
+    runner = Runner(
+        store, [], dags=Registry(), options=RunnerOptions(dag_types=(Pay.workflow_type,))
+    )
+    with pytest.raises(TypeKindConflict, match=repr(Pay.workflow_type)):
+        runner.start()
+    runner.stop()
+
+
+def test_status_says_when_no_runner_hosts_a_dag_type(
+    store: Store,
+    store_url: tuple[str, dict[str, str]],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store.migrate()
+    lonely = linear().model_copy(update={"type": "nobody.hosts.this"})
+    with caplog.at_level(logging.WARNING):
+        iid = DagClient(store).start(lonely, {"x": 1})
+    assert "no runner has registered the DAG type 'nobody.hosts.this'" in caplog.text
+    url, extra = store_url
+    args = ["--db", url] + (["--schema", extra["schema"]] if "schema" in extra else [])
+    assert main([*args, "status", iid]) == 0
+    out = capsys.readouterr().out
+    assert "no runner has registered the DAG type 'nobody.hosts.this'" in out
+    store.register_types(["nobody.hosts.this"], by="test", kind="dag")
+    assert main([*args, "status", iid]) == 0
+    assert "no runner has registered" not in capsys.readouterr().out
 
 
 def test_a_task_the_runner_cannot_run_is_dead_lettered_with_the_reason(
