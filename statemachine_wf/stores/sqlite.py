@@ -440,8 +440,9 @@ class SQLiteStore:
             if task.lease_owner is not None and task.due_at > now:
                 return None  # a live runner holds it
             row = conn.execute(Q["get_instance"], {"id": instance_id}).fetchone()
-            stalled = row["status"] == "STALLED" and not _quarantined(row["error"])
-            if not (task.in_flight or task.due_at <= now or stalled):
+            held_back = _quarantined(row["error"])
+            stalled = row["status"] == "STALLED"
+            if not (task.due_at <= now or (not held_back and (task.in_flight or stalled))):
                 # Waiting out a backoff or a timer, or quarantined (only its parked task
                 # or a redrive takes it again): not ours to hurry.
                 return None

@@ -312,8 +312,9 @@ SELECT t.*, i.status AS instance_status
 FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
 WHERE t.instance_id = %(id)s AND t.slot = ''
   AND (t.lease_owner IS NULL OR t.due_at <= now())
-  AND (t.in_flight OR t.due_at <= now()
-       OR (i.status = 'STALLED' AND (i.error->>'code') IS DISTINCT FROM 'quarantined'))
+  AND (t.due_at <= now()
+       OR ((i.error->>'code') IS DISTINCT FROM 'quarantined'
+           AND (t.in_flight OR i.status = 'STALLED')))
 FOR UPDATE OF t SKIP LOCKED;
 
 -- name: bump_version
@@ -401,8 +402,9 @@ WITH inst AS (
     WHERE id = %(id)s
     RETURNING id, type, status, step, input::text AS input, progress::text AS progress
 ), task AS (
-    UPDATE wf_tasks SET lease_owner = NULL, in_flight = false,
-                        due_at = now() + interval '1 day'
+    -- in_flight stays: a step quarantined mid-attempt is still in doubt, so whoever takes
+    -- it next (its parked task falls due, or a redrive) asks the reconcile hook first.
+    UPDATE wf_tasks SET lease_owner = NULL, due_at = now() + interval '1 day'
     WHERE instance_id = %(id)s
 ), ev AS (
     INSERT INTO wf_events (instance_id, event_type, error, worker)

@@ -124,7 +124,8 @@ UPDATE wf_instances SET status = 'STALLED', error = :error, version = version + 
 WHERE id = :id;
 
 -- name: quarantine_task
-UPDATE wf_tasks SET lease_owner = NULL, in_flight = 0, due_at = :due_at WHERE instance_id = :instance_id;
+-- in_flight stays: a step quarantined mid-attempt is still in doubt (see PostgreSQL's).
+UPDATE wf_tasks SET lease_owner = NULL, due_at = :due_at WHERE instance_id = :instance_id;
 
 -- name: raw_instance
 SELECT id, type, status, step, CAST(input AS TEXT) AS input, CAST(progress AS TEXT) AS progress
