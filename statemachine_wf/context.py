@@ -50,7 +50,9 @@ class StepContext(Generic[InputT, ProgressT]):
             a re-run after a ``Snooze`` or a lock wait too (attempt numbers never repeat),
             but only failures count against the retry policy's ``max_attempts``.
         input: the validated, immutable input.
-        reason: why this attempt runs: ``"new"`` or ``"retry"`` or ``"rerun"`` (in doubt).
+        reason: ``"new"`` for attempt 1, ``"retry"`` for every later one (after a failure,
+            a snooze or lock wait, or an in-doubt attempt the reconcile hook left
+            unchanged).
     """
 
     def __init__(

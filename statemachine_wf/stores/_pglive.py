@@ -92,6 +92,7 @@ class LiveListener:
 
     def _run(self, stopping: threading.Event, ready: threading.Event) -> None:
         listened = False
+        away = False  # one WARNING when the database goes, one INFO when it is back
         while not stopping.is_set():
             try:
                 with psycopg.connect(self.url, autocommit=True) as conn:
@@ -100,13 +101,20 @@ class LiveListener:
                     self._sweep()
                     if listened:
                         self.hub.publish_all()  # commits made while we were not listening
-                    listened = True
+                    if away:
+                        log.info("live listener reconnected")
+                    listened, away = True, False
                     while not stopping.is_set():
                         for note in conn.notifies(timeout=1.0):
                             self._dispatch(note.payload)
             except (psycopg.Error, StoreError) as exc:
                 self._error = exc
-                log.warning("live listener connection lost (%s); reconnecting", exc)
+                log.log(
+                    logging.DEBUG if away else logging.WARNING,
+                    "live listener connection lost (%s); reconnecting every second",
+                    exc,
+                )
+                away = True
                 self.hub.publish_all()
                 stopping.wait(1.0)
 

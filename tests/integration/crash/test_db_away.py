@@ -18,6 +18,7 @@ outage of the runner test (seconds, default 3) for measuring by hand, and
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -117,6 +118,36 @@ def test_a_client_during_an_outage_fails_and_says_it_once(
         assert not any(r.exc_info for r in caplog.records if r.levelno >= logging.WARNING)
         assert len(store.list_instances()) == 2  # the failed start wrote nothing
     finally:
+        store.close()
+
+
+def test_the_live_listener_says_once_that_it_lost_the_database(
+    throwaway_pg: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One WARNING for the outage and one INFO for the return, not one per retry."""
+    store = PostgresStore(throwaway_pg.dsn, schema="swf", pool_timeout=1.0)
+    loop = asyncio.new_event_loop()
+    hub = store.live_hub()
+    try:
+        store.migrate()
+        iid = Client(store, [Ledgered]).start(Ledgered, {"n": 1})
+        sub = hub.subscribe(iid, loop)
+        caplog.set_level(logging.DEBUG, logger="statemachine_wf")
+        caplog.clear()
+        throwaway_pg.stop("fast")
+        time.sleep(3.5)  # the listener retries every second meanwhile
+        throwaway_pg.start()
+        poll_until(
+            lambda: any("live listener reconnected" in r.getMessage() for r in caplog.records),
+            timeout=30,
+            what="the listener's return",
+        )
+        lost = [r for r in caplog.records if "live listener connection lost" in r.getMessage()]
+        assert len(lost) >= 2, "it retried while the database was away"
+        assert [r.levelno for r in lost].count(logging.WARNING) == 1, lost
+        hub.unsubscribe(sub)
+    finally:
+        loop.close()
         store.close()
 
 
