@@ -21,6 +21,8 @@ from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition
 from statemachine_wf.errors import DefinitionError
 from statemachine_wf.events import Ev, Status
 
+from ..core.test_poison import raw
+from ..crash.harness import poll_until
 from . import helpers as h
 
 # -- a hosted workflow the DAG registry does not allow -------------------------------------
@@ -345,3 +347,35 @@ def test_random_hostile_definitions_are_refused_or_fail_only_their_node(
 
         one()
     assert paid == []
+
+
+def test_an_old_definition_the_new_condition_rules_refuse_is_set_aside_by_name(
+    store: Store,
+) -> None:
+    """A run started before a rule existed (here: ``ljust`` in a condition) fails alone.
+
+    Its definition sits in its own first event, so the rule meets it only when a runner
+    reads the instance: that instance is set aside with a dead letter naming the problem,
+    and the runner goes on with the rest.
+    """
+    client = DagClient(store)
+    old = client.start(condition_dag("ctx['input']['x'] == 1", name="old-rules"), {"x": 1})
+    created = client.history(old)[0]
+    assert created.event_type == Ev.CREATED
+    dag = created.payload["dag"]
+    for node in dag["nodes"]:
+        for branch in node.get("config", {}).get("branches", []):
+            branch["when"] = "'a'.ljust(9) == 'a'"  # refused since issue 9
+    payload = json.dumps({**created.payload, "dag": dag})
+    raw(store, "UPDATE wf_events SET payload = %s WHERE seq = %s", (payload, created.seq))
+
+    with running(store):
+        good = client.start(h.linear(2), {"x": 1})
+        assert client.wait(good, timeout=30).status == Status.COMPLETED
+        poll_until(lambda: client.get(old).status != Status.RUNNING, timeout=30, what="old")
+    record = client.get(old)
+    assert record.status in (Status.STALLED, Status.FAILED)
+    assert record.error is not None
+    assert "ljust" in record.error["message"]
+    [letter] = [d for d in DagClient(store).store.dead_letters() if d["instance_id"] == old]
+    assert "ljust" in letter["reason"]
