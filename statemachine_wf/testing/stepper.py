@@ -1,10 +1,11 @@
 """A single-threaded stepper: the runner's real pieces, one claim / one step / one commit.
 
 The :class:`Stepper` drives one instance the way a :class:`~statemachine_wf.runner.Runner`
-worker thread does — the store's claims, the runner's ``_begin`` (in-doubt handling and
-reconcile hook), ``_run_step`` (the action through the same ``StepContext``) and
-``_commit`` (version-checked decisions from :mod:`statemachine_wf.decide`) — but one tick
-at a time, in the calling thread, so a test decides what happens between two writes.
+worker thread does — the store's claims and the public
+:class:`~statemachine_wf.driver.MachineDriver`: ``begin`` (in-doubt handling and reconcile
+hook), ``run_step`` (the action through the same ``StepContext``) and ``commit``
+(version-checked decisions from :mod:`statemachine_wf.decide`) — but one tick at a time,
+in the calling thread, so a test decides what happens between two writes.
 
 A *crash* is a :class:`Crash` raised at a write boundary of the store: everything the
 runner held in memory is dropped, exactly as after a SIGKILL, and the next tick is taken
@@ -29,9 +30,10 @@ from pydantic import BaseModel
 from ..client import Client
 from ..context import ReconcileContext, StepContext
 from ..decide import Decision
+from ..driver import Drive
 from ..errors import ConcurrencyConflict
 from ..events import Ev, Status
-from ..runner import Runner, RunnerOptions, _Drive
+from ..runner import Runner, RunnerOptions
 from ..store import Claim, Commit, InstanceRecord, Store
 from ..workflow import Workflow
 from .strategies import Outcome, Proceed, Raise, Return
@@ -341,7 +343,7 @@ class Stepper:
         self.client = Client(self.store, [self.workflow])
         self.generation = itertools.count(1)
         self._runner: Runner | None = None
-        self._drive: _Drive | None = None
+        self._drive: Drive | None = None
         self._input: BaseModel | None = None
         self.crashes = 0
 
@@ -373,16 +375,14 @@ class Stepper:
         return self._runner
 
     def _runner_loop(self) -> asyncio.AbstractEventLoop:
-        return self._runner_now()._loop()
+        return self._runner_now().driver.loop()
 
     def _abandon(self) -> None:
         """Drop everything in memory, like a killed process (resources are freed)."""
         runner, self._runner, self._drive = self._runner, None, None
         if runner is not None:
-            loop = getattr(runner._local, "loop", None)
-            if loop is not None:
-                loop.close()
-            runner._timeouts.shutdown(wait=True, cancel_futures=True)
+            runner.driver.close_loop()
+            runner.driver.close(wait=True)
 
     def _outcome(self, step: str, attempt: int) -> Outcome:
         outcome = self.outcomes(step, attempt)
@@ -459,7 +459,7 @@ class Stepper:
             claim = self._claim(runner, startup=startup)
             if claim is None:
                 return
-            d = _Drive(
+            d = Drive(
                 instance=claim.instance,
                 spec=self.spec,
                 cls=self.cls,
@@ -472,7 +472,7 @@ class Stepper:
                 result.kind = "begin"
                 result.step = d.state.step
                 self._drive = d
-                holding = runner._begin(d, claim, self._input, startup=startup)
+                holding = runner.driver.begin(d, claim, self._input, startup=startup)
                 self._drive = d if holding else None
                 return
             self._drive = d
@@ -482,7 +482,7 @@ class Stepper:
         if d.state.step is None:
             raise RuntimeError("d.state.step is not set yet")
         result.kind, result.step, result.attempt = "step", d.state.step, d.attempt
-        go_on = runner._run_step(d, self._input)
+        go_on = runner.driver.run_step(d, self._input)
         if not go_on:
             self._drive = None
 

@@ -12,6 +12,7 @@ def test_all_is_sorted_and_complete() -> None:
         "config",
         "context",
         "decide",
+        "driver",
         "errors",
         "events",
         "fold",
