@@ -21,9 +21,11 @@ import json
 import logging
 import os
 import pkgutil
+import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -34,6 +36,7 @@ from .config import Config
 from .errors import UnknownWorkflowType, WorkflowError
 from .events import Status
 from .inbox import parse_duration
+from .limits import MAX_JSON_DEPTH
 from .redact import redact_url
 from .runner import Runner, RunnerOptions
 from .store import KIND_NAMES, Store, TypeKind
@@ -362,14 +365,11 @@ def _run(args: argparse.Namespace) -> int:
         else:
             runner.run()
     elif cmd == "start":
-        try:
-            data = json.loads(args.input)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--input is not JSON: {exc}") from exc
+        data = _json_arg("--input", args.input)
         if args.type not in client.classes:
             raise UnknownWorkflowType(args.type, list(client.classes))
         run_at = None
-        if args.run_at:
+        if args.run_at is not None:  # an empty --run-at is a mistake, not "now"
             try:
                 run_at = datetime.fromisoformat(args.run_at)
             except ValueError as exc:
@@ -484,15 +484,51 @@ def _run(args: argparse.Namespace) -> int:
             letters = client.purge_dead_letters(older_than=age, batch_size=args.batch)
             print(f"purged {letters} dead letter(s)")
     elif cmd == "signal":
-        try:
-            payload = json.loads(args.payload)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--payload is not JSON: {exc}") from exc
+        payload = _json_arg("--payload", args.payload)
         print(client.signal(args.id, args.name, payload, token=args.token, delay=args.delay))
     elif cmd == "signals":
         _signals(client, store, args)
     store.close()
     return 0
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _nests_too_deep(text: str) -> bool:
+    """Whether the arrays and objects of JSON ``text`` nest deeper than
+    :data:`~statemachine_wf.limits.MAX_JSON_DEPTH`, counted without decoding it (brackets
+    inside strings skipped)."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return False  # too few brackets: the common argument is not scanned
+    brackets = re.sub(r"[^\[\]{}]+", "", _JSON_STRING.sub("", text))
+    return max(accumulate(1 if c in "[{" else -1 for c in brackets)) > MAX_JSON_DEPTH
+
+
+def _json_arg(flag: str, text: str) -> Any:
+    """``text`` decoded as JSON, or a ValueError naming ``flag`` and the problem.
+
+    JSON nested deeper than the library takes (:data:`~statemachine_wf.limits.MAX_JSON_DEPTH`)
+    is refused before it is decoded: Python's decoder recurses, so it raises a
+    RecursionError near the recursion limit, or with the limit raised (``py_ecc``, which
+    the chain workflows import, sets 100,000) overflows the C stack and crashes. An
+    integer of more digits than Python converts is refused by name too.
+    """
+    if _nests_too_deep(text):
+        raise ValueError(
+            f"{flag} nests deeper than {MAX_JSON_DEPTH} levels (the limit); nothing was written"
+        )
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{flag} is not JSON: {exc}") from exc
+    except RecursionError:  # not expected past the depth check; never a traceback
+        raise ValueError(f"{flag} nests too deep to decode; nothing was written") from None
+    except ValueError as exc:  # the only other: an integer longer than Python converts
+        reason = str(exc).split(":", 1)[0]  # "Exceeds the limit (4300 digits) for ..."
+        raise ValueError(
+            f"{flag} holds an integer too large to store ({reason}); nothing was written"
+        ) from exc
 
 
 def _signals(client: Client, store: Store, args: argparse.Namespace) -> None:

@@ -441,7 +441,7 @@ class Client:
             PayloadTooLarge: the payload's JSON is over the limit (names the limit).
         """
         check_id(instance_id)
-        if not isinstance(name, str) or not SIGNAL_PATTERN.match(name):
+        if not isinstance(name, str) or not SIGNAL_PATTERN.fullmatch(name):
             raise InputError(f"signal name {name!r} is not a valid name")
         if token is not None and (not isinstance(token, str) or not 0 < len(token) <= 200):
             raise InputError("token must be a non-empty string of at most 200 characters")

@@ -321,7 +321,7 @@ def build_spec(cls: type) -> WorkflowSpec:
         if marker.timeout is not None and marker.timeout <= 0:
             problems.append(f"state {state!r} has a non-positive timeout")
         for signal in marker.signals:
-            if not isinstance(signal, str) or not SIGNAL_PATTERN.match(signal):
+            if not isinstance(signal, str) or not SIGNAL_PATTERN.fullmatch(signal):
                 problems.append(
                     f"state {state!r} declares signal name {signal!r}: use up to 100 letters, "
                     "digits, '_', '.', ':' or '-', starting with a letter or '_'"
