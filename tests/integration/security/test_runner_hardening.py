@@ -321,7 +321,7 @@ def test_a_hand_back_backs_off_before_claiming_again(store: Store) -> None:
     def unavailable(commit: Commit) -> int:
         raise StoreUnavailable("injected: the database went away", lost=True)
 
-    runner.store = _Proxy(store, apply=unavailable)
+    runner.store = runner.driver.store = _Proxy(store, apply=unavailable)
     runner._run_claim(claim, startup=False)
     assert waits
     assert 0.5 <= waits[-1] <= 1.5
