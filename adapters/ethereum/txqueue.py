@@ -29,7 +29,7 @@ Under the slot, in this order:
 4. the bytes are broadcast; re-sending the same bytes is idempotent (``AlreadyKnown``).
 
 A crash anywhere is resolved from the records: every hash ever broadcast is checked
-(:func:`statemachine_wf.reconcilers.ethereum.tx_fate`); unknown hashes with the nonce
+(:func:`statemachine_wf.adapters.ethereum.fate.tx_fate`); unknown hashes with the nonce
 still free mean the same bytes are broadcast again; unknown hashes with the nonce used by
 some other transaction mean ours can never be mined, and a new transaction is signed with a fresh
 nonce (into the next slot). A transaction pending in the pool for longer than
@@ -53,10 +53,10 @@ from pydantic import BaseModel, ConfigDict
 
 from statemachine_wf.context import StepContext
 from statemachine_wf.errors import Snooze, Stall
-from statemachine_wf.reconcilers.ethereum import TxVerdict, tx_fate
 
 from .client import ConfirmationRule, EthereumClient
 from .errors import AlreadyKnown, NonceTooLow
+from .fate import TxVerdict, tx_fate
 from .signer import SignedTx, Signer
 
 __all__ = [

@@ -66,3 +66,18 @@ def test_no_generic_top_level_import_names() -> None:
         if re.search(pattern, p.read_text(), re.M)
     ]
     assert offenders == []
+
+
+def test_layout_adapters_import_no_reconciler() -> None:
+    """Reconcilers read the outside world through adapters; never the reverse (issue 10).
+
+    A transaction's fate belongs to the Ethereum adapter (``adapters/ethereum/fate.py``);
+    ``reconcilers.ethereum`` re-exports it.
+    """
+    import pathlib
+    import re
+
+    adapters = pathlib.Path(statemachine_wf.__file__).resolve().parent.parent / "adapters"
+    pattern = r"^\s*(from|import)\s+(statemachine_wf\.|\.\.+)reconcilers\b"
+    offenders = [str(p) for p in adapters.rglob("*.py") if re.search(pattern, p.read_text(), re.M)]
+    assert offenders == []
