@@ -189,6 +189,11 @@ def _check_schedule(priority: int, delay: float, run_at: datetime | None) -> Non
         raise InputError("give delay or run_at, not both")
     if run_at is not None and run_at.tzinfo is None:
         raise InputError(f"run_at must be timezone-aware, got {run_at.isoformat()}")
+    if run_at is not None and run_at.timestamp() - time.time() > MAX_DURATION:
+        raise InputError(
+            f"run_at must be at most {MAX_DURATION:.0f} seconds (100 years) from now, "
+            f"got {run_at.isoformat()}"
+        )
 
 
 class Client:

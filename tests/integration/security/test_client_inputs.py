@@ -11,6 +11,7 @@ import math
 import threading
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -95,6 +96,19 @@ def test_bad_delay_is_an_input_error_naming_it(store: Store, value: Any) -> None
         client.signal(iid, "go", delay=value)
     assert written(store) == before
     assert not any(client.signal_counts(iid).values())
+
+
+def test_a_run_at_past_the_duration_limit_is_refused_like_a_delay(store: Store) -> None:
+    """Year 9999 was accepted while ``delay`` stops at 100 years: one bound for both."""
+    client = Client(store, [Counted])
+    before = written(store)
+    far = datetime(9999, 1, 1, tzinfo=UTC)
+    with pytest.raises(InputError, match="run_at must be at most"):
+        client.start(Counted, In(), run_at=far)
+    with pytest.raises(InputError, match="run_at must be at most"):
+        client.start_many(Counted, [In()], run_at=far)
+    assert written(store) == before
+    assert client.start(Counted, In(), run_at=datetime.now(UTC) + timedelta(days=365))
 
 
 def _id_calls(client: Client, dags: DagClient) -> list[Callable[[Any], Any]]:
