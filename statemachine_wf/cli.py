@@ -21,11 +21,9 @@ import json
 import logging
 import os
 import pkgutil
-import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -36,7 +34,7 @@ from .config import Config
 from .errors import UnknownWorkflowType, WorkflowError
 from .events import Status
 from .inbox import parse_duration
-from .limits import MAX_JSON_DEPTH
+from .limits import MAX_JSON_DEPTH, nests_deeper
 from .redact import redact_url
 from .runner import Runner, RunnerOptions
 from .store import KIND_NAMES, Store, TypeKind
@@ -492,19 +490,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-
-
-def _nests_too_deep(text: str) -> bool:
-    """Whether the arrays and objects of JSON ``text`` nest deeper than
-    :data:`~statemachine_wf.limits.MAX_JSON_DEPTH`, counted without decoding it (brackets
-    inside strings skipped)."""
-    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
-        return False  # too few brackets: the common argument is not scanned
-    brackets = re.sub(r"[^\[\]{}]+", "", _JSON_STRING.sub("", text))
-    return max(accumulate(1 if c in "[{" else -1 for c in brackets)) > MAX_JSON_DEPTH
-
-
 def _json_arg(flag: str, text: str) -> Any:
     """``text`` decoded as JSON, or a ValueError naming ``flag`` and the problem.
 
@@ -514,7 +499,7 @@ def _json_arg(flag: str, text: str) -> Any:
     the chain workflows import, sets 100,000) overflows the C stack and crashes. An
     integer of more digits than Python converts is refused by name too.
     """
-    if _nests_too_deep(text):
+    if nests_deeper(text, MAX_JSON_DEPTH):
         raise ValueError(
             f"{flag} nests deeper than {MAX_JSON_DEPTH} levels (the limit); nothing was written"
         )

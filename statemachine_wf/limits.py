@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from itertools import accumulate
 from typing import Any
 
 from .config import Config
@@ -203,3 +204,21 @@ def checked_dumps(value: Any, **options: Any) -> str:
         if text is None:  # not a problem the walk knows: let json say what it is
             text = json.dumps(value, allow_nan=False, **options)
     return text
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def nests_deeper(text: str, limit: int) -> bool:
+    """Whether the arrays and objects of JSON ``text`` nest deeper than ``limit``.
+
+    Counted without decoding (brackets inside strings skipped), because decoding is what
+    must not happen: Python's decoder recurses, so a deep value raises RecursionError
+    near the recursion limit, and with the limit raised (``py_ecc``, which the chain
+    adapters import, sets 100,000) it overflows the C stack and kills the process.
+    Linear in ``len(text)``; text with few brackets is not scanned at all.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    brackets = re.sub(r"[^\[\]{}]+", "", _JSON_STRING.sub("", text))
+    return max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0) > limit

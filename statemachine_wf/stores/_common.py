@@ -13,7 +13,7 @@ from ..decide import Decision, Park
 from ..errors import InputError
 from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
-from ..limits import MAX_STORED_DEPTH, checked_dumps
+from ..limits import MAX_STORED_DEPTH, checked_dumps, nests_deeper
 from ..store import DagCommit, InstanceRecord, TaskRecord
 from ..waits import SignalRecord
 
@@ -48,44 +48,30 @@ def loads(text: str | bytes) -> Any:
     Raises:
         ValueError: ``text`` is not JSON.
     """
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        return Undecodable(f"stored JSON ({len(text)} bytes) is nested too deep to decode")
+    # Counted before decoding: with the recursion limit raised (py_ecc sets 100,000) a
+    # deep value would crash the decoder's C stack instead of raising RecursionError.
     if isinstance(text, str):
-        brackets = text.count("[") + text.count("{")
-    else:
+        deep = nests_deeper(text, MAX_READ_DEPTH)
+    else:  # decoded for the scan only when the bracket count says it may be deep
         brackets = text.count(b"[") + text.count(b"{")
-    if brackets > MAX_READ_DEPTH and _too_deep(value, MAX_READ_DEPTH):
-        # Decoded only because this process allows deep recursion: still poison (SQLite's
-        # JSON functions refuse it, and writing it back would be refused).
+        deep = brackets > MAX_READ_DEPTH and nests_deeper(
+            text.decode(errors="replace"), MAX_READ_DEPTH
+        )
+    if deep:
         return Undecodable(
             f"stored JSON ({len(text)} bytes) is nested too deep to decode "
             f"(over {MAX_READ_DEPTH} levels)"
         )
-    return value
+    try:
+        return json.loads(text)
+    except RecursionError:
+        return Undecodable(f"stored JSON ({len(text)} bytes) is nested too deep to decode")
 
 
 MAX_READ_DEPTH = MAX_STORED_DEPTH + 16
 """Deeper than this a stored value is :class:`Undecodable` even when Python could decode
 it: the deepest a store writes (:data:`~statemachine_wf.limits.MAX_STORED_DEPTH`) plus
 what a read wraps around it (a row as JSON, an aggregate of rows)."""
-
-
-def _too_deep(value: Any, limit: int) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def undecodable(record: InstanceRecord) -> str | None:

@@ -451,3 +451,24 @@ def test_stored_json_too_deep_is_undecodable_whatever_the_recursion_limit() -> N
         assert isinstance(as_bytes, Undecodable)
         assert "nested too deep to decode" in value.reason
     assert loads(json.dumps(nested(90))) == nested(90)  # what the stores write reads back
+
+
+def test_a_deep_stored_row_is_undecodable_even_with_the_recursion_limit_raised() -> None:
+    """py_ecc (imported with the chain adapters) sets the recursion limit to 100,000: the
+    decoder then overflows the C stack on a deep row and the process dies (SIGSEGV)
+    instead of raising RecursionError. The depth is now counted before decoding."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.setrecursionlimit(100_000)\n"
+        "from statemachine_wf.stores._common import Undecodable, loads\n"
+        "text = '[' * 200_000 + ']' * 200_000\n"
+        "print(isinstance(loads(text), Undecodable),\n"
+        "      isinstance(loads(text.encode()), Undecodable))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["True", "True"]
