@@ -44,7 +44,9 @@ broadcasts per instance (first send, re-nonces and fee bumps together).
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -70,6 +72,37 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class _Broadcasts:
+    """When this process last broadcast each transaction (by hash), for the grace period.
+
+    A node (above all a load-balanced RPC endpoint, whose next query may reach another
+    backend) can answer "unknown" for a transaction it accepted a moment ago. The await
+    step gives it ``not_found_after`` seconds from the *last* broadcast, not only from the
+    signing: without it, a re-broadcast after a reorg could be taken for lost at once and
+    sent round the submit step again. In memory only: after a restart the signing time is
+    the reference again, and what that costs is one more re-broadcast of the same bytes.
+    """
+
+    def __init__(self, keep: int = 4096) -> None:
+        self._at: OrderedDict[str, float] = OrderedDict()
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def mark(self, tx_hash: str, at: float) -> None:
+        with self._lock:
+            self._at[tx_hash] = at
+            self._at.move_to_end(tx_hash)
+            while len(self._at) > self._keep:
+                self._at.popitem(last=False)
+
+    def last(self, tx_hash: str) -> float | None:
+        with self._lock:
+            return self._at.get(tx_hash)
+
+
+_BROADCASTS = _Broadcasts()
 
 DEFAULT_CONFIRMATIONS: Final = 2
 """The default depth before a transaction (or a contract view) counts as final.
@@ -359,7 +392,8 @@ class TxQueue:
             else:
                 where = "in the pool"
             raise Snooze(self.settings.poll_interval, f"tx {verdict.tx_hash} pending ({where})")
-        if age < self.settings.not_found_after:
+        sent = max(latest.signed_at, _BROADCASTS.last(latest.tx_hash) or 0.0)
+        if self._clock() - sent < self.settings.not_found_after:
             raise Snooze(self.settings.poll_interval, f"tx {latest.tx_hash} not seen yet")
         return verdict
 
@@ -386,6 +420,7 @@ class TxQueue:
         return record
 
     def _broadcast(self, ctx: Ctx, record: TxRecord) -> None:
+        _BROADCASTS.mark(record.tx_hash, self._clock())
         try:
             self.client.send_raw(record.raw_hex)
         except AlreadyKnown:
