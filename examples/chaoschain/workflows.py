@@ -226,7 +226,7 @@ class ChaosChainSettings:
         poll_interval: Seconds between checks of a pending transaction.
         stuck_after: Seconds in the pool before a fee bump.
         not_found_after: Seconds a transaction may be unknown to the node before it is
-            submitted again.
+            submitted again, counted from its last broadcast by this process.
         stall_retry: Seconds before a STALLED step (no funds, unknown work) is retried.
         arweave_tags: Tags on every evidence upload (ASCII).
     """
