@@ -666,11 +666,6 @@ ON CONFLICT (type) DO UPDATE SET registered_by = excluded.registered_by, updated
 -- name: registered_dag_types
 SELECT type FROM wf_dag_types ORDER BY type;
 
--- name: type_of_other_kind
-SELECT type FROM wf_types WHERE type = ANY(%(dag)s)
-UNION ALL
-SELECT type FROM wf_dag_types WHERE type = ANY(%(machine)s);
-
 -- name: dead_letter_get
 SELECT * FROM wf_dead_letters WHERE id = %(id)s;
 
