@@ -7,21 +7,27 @@ action is a version-checked decision like the runner's, retried on a lost CAS.
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from . import decide, inbox, live
-from .decide import Decision
+from . import inbox, live, operations
+from .checks import (  # re-exported: callers import these from here
+    MAX_PRIORITY,
+    InvalidId,
+    check_delay,
+    check_id,
+    check_priority,
+    check_schedule,
+    check_text,
+    invalid_input,
+)
 from .errors import (
-    MAX_DURATION,
     ConcurrencyConflict,
     InputError,
     InvalidState,
@@ -30,64 +36,24 @@ from .errors import (
     UnknownWorkflowType,
 )
 from .events import EventRecord, Status
-from .fold import Projection, fold
-from .limits import check_payload, check_value, text_problem
-from .store import Commit, InstanceRecord, NewInstance, Store
+from .fold import Projection
+from .limits import check_payload, check_value
+from .operations import once_more
+from .store import InstanceRecord, NewInstance, Store
 from .waits import NewSignal
 from .workflow import SIGNAL_PATTERN, Workflow, WorkflowSpec
 
-T = TypeVar("T")
-
-
-def once_more(call: Callable[[], T]) -> T:
-    """``call()``, and once more if the database connection was lost under it.
-
-    After a database restart the first call on a connection opened before it can fail
-    (the store discards the dead connections it can see at checkout, but not one that
-    dies under a statement). Only callers for which a second run is safe use this: a
-    read, or a write whose repetition is a no-op (each caller says why). No retry when
-    the store could not get a connection within its ``pool_timeout``: it waited already.
-    """
-    try:
-        return call()
-    except StoreUnavailable as exc:
-        if not exc.lost:
-            raise
-    return call()
-
-
-def invalid_input(where: str, model: type[BaseModel], exc: ValidationError) -> InputError:
-    """The :class:`InputError` for ``exc``: each failing field and its problem, no values
-    (an input may hold secrets); pydantic's error is the ``__cause__`` (raise ``from``)."""
-    fields = tuple(
-        (".".join(str(p) for p in e["loc"]) or "(input)", e["msg"]) for e in exc.errors()
-    )
-    problems = "; ".join(f"{field}: {msg}" for field, msg in fields)
-    return InputError(f"{where} does not fit {model.__name__}: {problems}", fields=fields)
-
-
-def wait_for_status(
-    get: Callable[[str], InstanceRecord],
-    instance_id: str,
-    *,
-    timeout: float,
-    statuses: Sequence[Status] | None = None,
-) -> InstanceRecord:
-    """Poll ``get(instance_id)`` until its status is one of ``statuses`` (default: terminal).
-
-    For scripts and tests; shared by the state-machine and DAG clients.
-    """
-    wanted = set(statuses) if statuses else {s for s in Status if s.terminal}
-    deadline = time.monotonic() + timeout
-    while True:
-        record = get(instance_id)
-        if record.status in wanted:
-            return record
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"instance {instance_id} is {record.status} at {record.step} after {timeout} s"
-            )
-        time.sleep(0.02)
+__all__ = [
+    "MAX_PRIORITY",
+    "Client",
+    "InvalidId",
+    "check_delay",
+    "check_id",
+    "check_priority",
+    "check_text",
+    "invalid_input",
+    "once_more",
+]
 
 
 def _statuses(status: Status | Sequence[Status] | None) -> list[Status] | None:
@@ -116,84 +82,6 @@ def _new_instance(
         delay=delay,
         run_at=None if run_at is None else run_at.timestamp(),
     )
-
-
-class InvalidId(InputError, NotFound):
-    """An instance id that is not a UUID: bad input (an :class:`InputError`), and so also
-    certainly no instance (a :class:`NotFound`, which callers catching that still see)."""
-
-
-MAX_PRIORITY = 2**31 - 1
-"""The largest priority (the database column is a 32-bit integer)."""
-
-
-def check_id(instance_id: Any, name: str = "instance_id") -> str:
-    """``instance_id`` as given, if it is a UUID string; else :class:`InvalidId`.
-
-    Every Client and DagClient method taking an instance id checks it first, so a
-    malformed id is the same error on both stores (never a driver error, never NotFound).
-    """
-    if isinstance(instance_id, str) and 32 <= len(instance_id) <= 45:
-        try:
-            uuid.UUID(instance_id)
-        except ValueError:
-            pass
-        else:
-            return instance_id
-    shown = instance_id if isinstance(instance_id, str) and len(instance_id) <= 60 else None
-    if shown is None:
-        raise InvalidId(f"{name} must be a UUID, got a {type(instance_id).__name__}")
-    raise InvalidId(f"no workflow instance {shown!r}: {name} must be a UUID")
-
-
-def check_priority(priority: Any) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InputError(f"priority must be a whole number, got {priority!r}")
-    if priority < 0:
-        raise InputError(f"priority must be >= 0, got {priority}")
-    if priority > MAX_PRIORITY:
-        raise InputError(f"priority must be <= {MAX_PRIORITY}, got {priority}")
-    return priority
-
-
-def check_delay(delay: Any, name: str = "delay") -> float:
-    if isinstance(delay, bool) or not isinstance(delay, int | float):
-        raise InputError(f"{name} must be a number of seconds, got {delay!r}")
-    if delay < 0:
-        raise InputError(f"{name} must be >= 0, got {delay}")
-    if not (math.isfinite(delay) and delay <= MAX_DURATION):
-        raise InputError(
-            f"{name} must be a finite number of seconds <= {MAX_DURATION:.0f}, got {delay}"
-        )
-    return float(delay)
-
-
-def check_text(value: Any, name: str, *, optional: bool = True) -> str | None:
-    """A non-empty string without NUL or lone surrogates (no store can keep those)."""
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        raise InputError(f"{name} must be a non-empty string, got {type(value).__name__}")
-    problem = text_problem(value)
-    if problem:
-        raise InputError(f"{name} {problem}")
-    return value
-
-
-def _check_schedule(priority: int, delay: float, run_at: datetime | None) -> None:
-    check_priority(priority)
-    check_delay(delay)
-    if run_at is not None and not isinstance(run_at, datetime):
-        raise InputError(f"run_at must be a datetime, got {type(run_at).__name__}")
-    if run_at is not None and delay:
-        raise InputError("give delay or run_at, not both")
-    if run_at is not None and run_at.tzinfo is None:
-        raise InputError(f"run_at must be timezone-aware, got {run_at.isoformat()}")
-    if run_at is not None and run_at.timestamp() - time.time() > MAX_DURATION:
-        raise InputError(
-            f"run_at must be at most {MAX_DURATION:.0f} seconds (100 years) from now, "
-            f"got {run_at.isoformat()}"
-        )
 
 
 class Client:
@@ -240,7 +128,7 @@ class Client:
         cls = self._class(workflow)
         spec = cls.spec()
         model = spec.input_model
-        _check_schedule(priority, delay, run_at)
+        check_schedule(priority, delay, run_at)
         check_text(idempotency_key, "idempotency_key")
         if instance_id is not None:
             check_id(instance_id)
@@ -292,7 +180,7 @@ class Client:
         cls = self._class(workflow)
         spec = cls.spec()
         model = spec.input_model
-        _check_schedule(priority, delay, run_at)
+        check_schedule(priority, delay, run_at)
         if isinstance(inputs, str | bytes | Mapping | BaseModel):
             raise InputError("inputs must be a sequence of inputs, one per run")
         keys: Sequence[str | None] = (
@@ -378,13 +266,7 @@ class Client:
     # -- reading ----------------------------------------------------------------------
     def get(self, instance_id: str, *, include_deleted: bool = False) -> InstanceRecord:
         """The instance row. Raises :class:`NotFound` (also for a soft-deleted one)."""
-        check_id(instance_id)
-        record = once_more(lambda: self.store.get(instance_id))  # a read
-        if record is None:
-            raise NotFound(f"no workflow instance {instance_id!r}")
-        if record.deleted_at is not None and not include_deleted:
-            raise NotFound(f"workflow instance {instance_id!r} was deleted")
-        return record
+        return operations.get(self.store, instance_id, include_deleted=include_deleted)
 
     def status(self, instance_id: str) -> Status:
         return self.get(instance_id).status
@@ -399,7 +281,7 @@ class Client:
         self, instance_id: str, *, timeout: float = 30.0, statuses: Sequence[Status] | None = None
     ) -> InstanceRecord:
         """Poll until the instance reaches one of ``statuses`` (default: terminal)."""
-        return wait_for_status(self.get, instance_id, timeout=timeout, statuses=statuses)
+        return operations.wait(self.get, instance_id, timeout=timeout, statuses=statuses)
 
     # -- verifying --------------------------------------------------------------------
     def verify(self, instance_id: str) -> dict[str, tuple[Any, Any]]:
@@ -408,13 +290,13 @@ class Client:
         A DAG instance's log folds to its projection too (status, output, error).
         """
         record = self.get(instance_id)
-        folded = self._fold(record).comparable()
+        folded = operations.project(self.store, record).comparable()
         stored = record.projection().comparable()
         return {k: (stored[k], folded[k]) for k in stored if stored[k] != folded[k]}
 
     def rebuild(self, instance_id: str) -> Projection:
         """Recompute the instance row (state machine or DAG) from its log and store it."""
-        projection = self._fold(self.get(instance_id))
+        projection = operations.project(self.store, self.get(instance_id))
         # Repeatable: it stores the fold of the log, the same value again.
         once_more(lambda: self.store.rebuild(instance_id, projection))
         return projection
@@ -482,55 +364,21 @@ class Client:
             self.get(instance_id)  # checks the id
         return once_more(lambda: self.store.signal_counts(instance_id=instance_id))  # a read
 
-    def _fold(self, record: InstanceRecord) -> Projection:
-        events = once_more(lambda: self.store.events(record.id))  # a read
-        if record.kind == "dag":
-            from .dag.interpret import project  # the DAG package imports this module
-
-            return project(events)
-        return fold(events)
-
     # -- operating --------------------------------------------------------------------
     def cancel(self, instance_id: str) -> InstanceRecord:
         """Cancel: at once if no runner holds it, else at the running step's end.
 
         A DAG instance is cancelled at once (see :meth:`DagClient.cancel`).
         """
-        if self.get(instance_id).kind == "dag":
-            from .dag.client import DagClient  # the DAG package imports this module
-
-            return DagClient(self.store).cancel(instance_id)
-
-        def make(record: InstanceRecord, state: Projection, leased: bool) -> Decision:
-            if record.status.terminal:
-                raise InvalidState(f"instance {instance_id} is already {record.status}")
-            if state.cancel_requested and leased:
-                return Decision((), state, decide.KeepTask())
-            return decide.cancel(state, leased=leased)
-
-        return self._operate(instance_id, make)
+        return operations.cancel(self.store, instance_id)
 
     def resume(self, instance_id: str) -> InstanceRecord:
         """Resume a STALLED instance now instead of on its own schedule."""
-
-        def make(record: InstanceRecord, state: Projection, leased: bool) -> Decision:
-            if record.status != Status.STALLED:
-                raise InvalidState(f"only a STALLED instance can be resumed; it is {record.status}")
-            if leased:
-                raise InvalidState(f"instance {instance_id} is being worked on right now")
-            return decide.resume(state)
-
-        return self._operate(instance_id, make)
+        return operations.resume(self.store, instance_id)
 
     def retry(self, instance_id: str) -> InstanceRecord:
         """Run a FAILED instance again from the step that failed."""
-
-        def make(record: InstanceRecord, state: Projection, leased: bool) -> Decision:
-            if record.status != Status.FAILED:
-                raise InvalidState(f"only a FAILED instance can be retried; it is {record.status}")
-            return decide.retry(state)
-
-        return self._operate(instance_id, make)
+        return operations.retry(self.store, instance_id)
 
     # -- the inbox: dead letters, retention -------------------------------------------
     def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]:
@@ -570,56 +418,13 @@ class Client:
         tasks, that finished more than ``older_than`` seconds ago; ``soft`` only marks
         them deleted. In batches of ``batch_size``, one transaction each; active
         instances are never touched. Returns how many."""
-        return inbox.purge(self, older_than=older_than, batch_size=batch_size, soft=soft)
+        return inbox.purge(self.store, older_than=older_than, batch_size=batch_size, soft=soft)
 
     def purge_dead_letters(self, *, older_than: float, batch_size: int = 1000) -> int:
         """Delete dead letters written more than ``older_than`` seconds ago, redriven or
         not (an unredriven letter's envelope goes with it), in batches of ``batch_size``,
         one transaction each. Returns how many."""
-        return inbox.purge_dead_letters(self, older_than=older_than, batch_size=batch_size)
-
-    def _operate(
-        self,
-        instance_id: str,
-        make: Callable[[InstanceRecord, Projection, bool], Decision],
-    ) -> InstanceRecord:
-        for _ in range(20):
-            record = self.get(instance_id)
-            if record.kind == "dag":
-                raise InvalidState(f"instance {instance_id} is a DAG instance: not supported")
-            task = once_more(lambda: self.store.task(instance_id))  # a read
-            leased = task is not None and task.leased
-            state = record.projection(in_flight=task is not None and task.in_flight)
-            decision = make(record, state, leased)
-            if not decision.events:
-                return record
-            try:
-                self.store.apply(Commit(instance_id, record.version, decision, worker=None))
-            except ConcurrencyConflict:
-                continue
-            except StoreUnavailable as exc:
-                # The version decides. Not moved: the lost commit did not happen, and the
-                # decision is made again on a fresh connection (the CAS makes a second
-                # apply of a stale decision impossible). Moved, and the log ends with
-                # this decision's events: it committed (or an identical decision won the
-                # CAS, the same outcome). Otherwise say so rather than guess.
-                if not exc.lost:
-                    raise
-                now = self.get(instance_id)
-                if now.version == record.version:
-                    continue
-                if self._ends_with(instance_id, decision):
-                    return now
-                raise
-            return self.get(instance_id)
-        raise ConcurrencyConflict(instance_id, -1)
-
-    def _ends_with(self, instance_id: str, decision: Decision) -> bool:
-        """Does the instance's log end with ``decision``'s events?"""
-        events = once_more(lambda: self.store.events(instance_id))  # a read
-        tail = events[-len(decision.events) :]
-        mine = [(str(e.event_type), e.node, e.attempt, e.payload) for e in decision.events]
-        return [(e.event_type, e.node, e.attempt, e.payload) for e in tail] == mine
+        return inbox.purge_dead_letters(self.store, older_than=older_than, batch_size=batch_size)
 
     def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
         """Its events as they commit, until it ends: :func:`statemachine_wf.live.watch`."""

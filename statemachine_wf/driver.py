@@ -35,7 +35,6 @@ from . import decide, waits
 from .context import ReconcileContext, Reconciliation, StepContext
 from .decide import Continue, Decision
 from .errors import (
-    ConcurrencyConflict,
     Fail,
     LeaseLost,
     Parked,
@@ -47,6 +46,7 @@ from .errors import (
 from .events import Ev, Status
 from .fold import Projection
 from .limits import max_payload_bytes
+from .operations import until_committed
 from .store import Claim, Commit, InstanceRecord, Store
 from .waits import SignalRecord
 from .workflow import ErrorClass, StepSpec, Workflow, WorkflowSpec
@@ -456,32 +456,43 @@ class MachineDriver:
         A lost CAS with our lease intact means an operator changed the instance (a cancel
         request); with the lease gone, another runner owns it now and we back off.
         """
-        for _ in range(5):
+
+        def attempt(n: int) -> Decision:
+            if n > 0:
+                self._refresh(d)  # the CAS was lost: decide again on what won
             decision = make(d.state)
-            try:
-                d.version = self.store.apply(
-                    Commit(d.instance.id, d.version, decision, self.worker_id, self.lease)
-                )
-            except ConcurrencyConflict:
-                task = self.store.task(d.instance.id)
-                fresh = self.store.get(d.instance.id)
-                if (
-                    task is None
-                    or fresh is None
-                    or task.lease_owner != self.worker_id
-                    # Same worker id is not enough: a newer claim (a restart under a stable
-                    # id, or our own other thread after the lease ran out) owns it now.
-                    or task.lease_token != d.lease_token
-                ):
-                    raise LeaseLost(
-                        f"instance {d.instance.id} was taken over by another runner"
-                    ) from None
-                d.version = fresh.version
-                d.state = fresh.projection(in_flight=task.in_flight)
-                continue
+            d.version = self.store.apply(
+                Commit(d.instance.id, d.version, decision, self.worker_id, self.lease)
+            )
             d.state = decision.state
             if isinstance(decision.task, decide.Reschedule | Continue):
                 d.failures = decision.task.failures
             self._after_commit()
             return decision
-        raise LeaseLost(f"instance {d.instance.id} keeps changing under this runner")
+
+        return until_committed(
+            attempt,
+            gave_up=lambda: LeaseLost(f"instance {d.instance.id} keeps changing under this runner"),
+        )
+
+    def _refresh(self, d: Drive) -> None:
+        """Re-read the instance after a lost CAS, if this claim still owns its task.
+
+        The lease decides who may write: a lost CAS with our lease intact means an
+        operator changed the instance (a cancel request) and we decide again on it; with
+        the lease gone another runner owns it now, and whatever we were about to commit
+        must not be (:class:`LeaseLost`).
+        """
+        task = self.store.task(d.instance.id)
+        fresh = self.store.get(d.instance.id)
+        if (
+            task is None
+            or fresh is None
+            or task.lease_owner != self.worker_id
+            # Same worker id is not enough: a newer claim (a restart under a stable id, or
+            # our own other thread after the lease ran out) owns it now.
+            or task.lease_token != d.lease_token
+        ):
+            raise LeaseLost(f"instance {d.instance.id} was taken over by another runner")
+        d.version = fresh.version
+        d.state = fresh.projection(in_flight=task.in_flight)

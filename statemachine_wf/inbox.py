@@ -14,15 +14,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from . import operations
 from .errors import InputError, InvalidState, NotFound, UnknownWorkflowType
 from .events import Status
 from .limits import check_payload
-from .store import RESOLVE_ON_CLAIM, NewInstance
-
-if TYPE_CHECKING:
-    from .client import Client
+from .store import RESOLVE_ON_CLAIM, NewInstance, Store
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -40,6 +38,22 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT[match.group(2)]
 
 
+class Producer(Protocol):
+    """What a redrive needs of :class:`~statemachine_wf.Client`: its store, the classes
+    it can start by name, and its validating ``start`` (so this module does not import
+    the client that calls it)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def classes(self) -> Any: ...
+
+    def start(
+        self, workflow: Any, input: Any, *, idempotency_key: str | None = ..., priority: int = ...
+    ) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Redrive:
     """What redriving a dead letter did.
@@ -55,7 +69,7 @@ class Redrive:
     action: str
 
 
-def redrive(client: Client, letter_id: int, *, by: str) -> Redrive:
+def redrive(client: Producer, letter_id: int, *, by: str) -> Redrive:
     """Re-enqueue a dead letter's envelope, or retry its instance; mark it redriven.
 
     Redriving twice is harmless: a marked letter is left alone, a start uses the
@@ -82,7 +96,7 @@ def redrive(client: Client, letter_id: int, *, by: str) -> Redrive:
     return Redrive(letter_id, instance_id, action)
 
 
-def _start_envelope(client: Client, letter_id: int, envelope: dict[str, Any]) -> str:
+def _start_envelope(client: Producer, letter_id: int, envelope: dict[str, Any]) -> str:
     type_name = envelope.get("type")
     if not isinstance(type_name, str) or "input" not in envelope:
         raise InputError(f"dead letter {letter_id} has no start envelope (type and input)")
@@ -108,7 +122,7 @@ def _start_envelope(client: Client, letter_id: int, envelope: dict[str, Any]) ->
     return new_id
 
 
-def _retry_instance(client: Client, instance_id: str) -> str:
+def _retry_instance(client: Producer, instance_id: str) -> str:
     record = client.store.get(instance_id)
     if record is None:
         raise NotFound(f"instance {instance_id} of this dead letter has been purged")
@@ -117,13 +131,13 @@ def _retry_instance(client: Client, instance_id: str) -> str:
             f"instance {instance_id} is a {record.kind}; only state machines can be "
             "retried in place (start the DAG again)"
         )
-    operations: dict[Status, tuple[str, Callable[[str], Any]]] = {
-        Status.FAILED: ("retried", client.retry),
-        Status.STALLED: ("resumed", client.resume),
+    moves: dict[Status, tuple[str, Callable[[str], Any]]] = {
+        Status.FAILED: ("retried", lambda i: operations.retry(client.store, i)),
+        Status.STALLED: ("resumed", lambda i: operations.resume(client.store, i)),
     }
-    if record.status not in operations:
+    if record.status not in moves:
         return "none"
-    action, operate = operations[record.status]
+    action, operate = moves[record.status]
     try:
         operate(instance_id)
     except InvalidState:
@@ -132,13 +146,12 @@ def _retry_instance(client: Client, instance_id: str) -> str:
     return action
 
 
-def purge(client: Client, *, older_than: float, batch_size: int, soft: bool = False) -> int:
+def purge(store: Store, *, older_than: float, batch_size: int, soft: bool = False) -> int:
     """Delete (``soft``: mark deleted) finished instances older than ``older_than`` s.
 
     Each batch is its own transaction, so a long purge never holds locks for long and can
     be interrupted; the loop ends at the first batch smaller than ``batch_size``.
     """
-    store = client.store
     return _in_batches(
         lambda: store.purge_batch(older_than=older_than, batch_size=batch_size, soft=soft),
         older_than=older_than,
@@ -146,14 +159,13 @@ def purge(client: Client, *, older_than: float, batch_size: int, soft: bool = Fa
     )
 
 
-def purge_dead_letters(client: Client, *, older_than: float, batch_size: int) -> int:
+def purge_dead_letters(store: Store, *, older_than: float, batch_size: int) -> int:
     """Delete dead letters written more than ``older_than`` s ago, redriven or not.
 
     A letter is evidence of what failed and, for a start refused before any instance
     existed (an unknown type from SQL), the only copy of its envelope: redrive or export
     what still matters before its age runs out. Batches as in :func:`purge`.
     """
-    store = client.store
     return _in_batches(
         lambda: store.purge_dead_letters_batch(older_than=older_than, batch_size=batch_size),
         older_than=older_than,

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -226,6 +226,10 @@ class Runner:
         """Drives each claimed state-machine instance (public: the testing helpers use it)."""
         self.dag_types: tuple[str, ...] = ()
         self._dag: Any = None
+        self._drivers: dict[str, Callable[[Claim, bool], None]] = {
+            "machine": self._drive_machine,
+            "dag": self._drive_dag,
+        }
         if dags is not None:
             from .dag.executor import DagExecutor
 
@@ -498,17 +502,13 @@ class Runner:
         with self._busy_lock:
             self._busy += 1
         try:
-            if claim.task.kind == "dag" or claim.instance.kind == "dag":
-                if (
-                    self._dag is None
-                    or claim.task.kind != claim.instance.kind
-                    or claim.instance.type not in self.dag_types
-                ):
-                    self._cannot_run(claim)
-                else:
-                    self._dag.run(claim)
+            # The kind picks the driver; a task whose kind differs from its instance's is
+            # a row that lies about itself (written by hand): never run it.
+            drive = self._drivers.get(claim.instance.kind)
+            if drive is None or claim.task.kind != claim.instance.kind:
+                self._cannot_run(claim)
             else:
-                self._drive(claim, startup=startup)
+                drive(claim, startup)
         except LeaseLost as exc:
             log.warning(
                 "instance %s: lease lost, this runner's outcome was not committed: %s",
@@ -577,15 +577,20 @@ class Runner:
             delay = min(delay * 2, 2.0)
 
     # -- driving one instance ---------------------------------------------------------
-    def _drive(self, claim: Claim, *, startup: bool) -> None:
-        inst = claim.instance
-        cls = self.classes.get(inst.type)
-        if cls is None or inst.kind != "machine" or claim.task.kind != "machine":
-            # Claims filter on kind and type, so this is a row that lies about itself
-            # (written by hand, or a DAG named after a state machine): never run it.
+    def _drive_machine(self, claim: Claim, startup: bool) -> None:
+        cls = self.classes.get(claim.instance.type)
+        if cls is None:
+            # Claims filter on type, so this is a row that lies about itself (a DAG named
+            # after a state machine, or written by hand): never run it.
             self._cannot_run(claim)
             return
         self.driver.drive(claim, cls, startup=startup)
+
+    def _drive_dag(self, claim: Claim, startup: bool) -> None:
+        if self._dag is None or claim.instance.type not in self.dag_types:
+            self._cannot_run(claim)
+            return
+        self._dag.run(claim)  # a node task: no start-up pass (see _queue_startup)
 
     def _cannot_run(self, claim: Claim) -> None:
         inst = claim.instance

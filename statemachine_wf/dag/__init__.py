@@ -6,7 +6,8 @@ Define a graph (:class:`DagDefinition`, from JSON with :func:`load` or in Python
 :class:`~statemachine_wf.Runner` given ``dags=registry``.
 """
 
-from .client import DagClient
+from typing import TYPE_CHECKING
+
 from .handlers import NodeContext, NodeResult, Registry, node_context
 from .interpret import DagDecision
 from .models import (
@@ -21,6 +22,22 @@ from .models import (
     load,
 )
 from .templates import TemplateError, resolve
+
+if TYPE_CHECKING:
+    from .client import DagClient
+
+
+def __getattr__(name: str) -> object:
+    # DagClient is a layer above the rest of this package: it operates through
+    # ``statemachine_wf.operations``, which builds on the pure ``interpret``. Importing
+    # it eagerly here would make every import of the DAG core load the client layer
+    # (and loop back into ``operations`` half-initialised), so it loads on first use.
+    if name == "DagClient":
+        from .client import DagClient
+
+        return DagClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_DAG_TYPE",

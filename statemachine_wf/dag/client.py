@@ -13,18 +13,12 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from .. import live
-from ..client import (
-    Client,
-    check_id,
-    check_priority,
-    check_text,
-    wait_for_status,
-)
-from ..errors import ConcurrencyConflict, InputError, InvalidState, NotFound, TypeKindConflict
+from .. import live, operations
+from ..checks import check_id, check_priority, check_text
+from ..errors import InputError, InvalidState, NotFound, TypeKindConflict
 from ..events import EventRecord, Status
 from ..limits import check_payload, check_value
-from ..store import DagCommit, InstanceRecord, NewDagInstance, Store
+from ..store import InstanceRecord, NewDagInstance, Store
 from . import interpret
 from .handlers import Registry
 from .interpret import LogView
@@ -214,7 +208,7 @@ class DagClient:
         Raises:
             NotFound: no such instance, or it was soft-deleted (unless ``include_deleted``).
         """
-        return Client(self.store).get(instance_id, include_deleted=include_deleted)
+        return operations.get(self.store, instance_id, include_deleted=include_deleted)
 
     def history(self, instance_id: str, *, include_deleted: bool = False) -> list[EventRecord]:
         self.get(instance_id, include_deleted=include_deleted)
@@ -241,7 +235,7 @@ class DagClient:
         self, instance_id: str, *, timeout: float = 30.0, statuses: Sequence[Status] | None = None
     ) -> InstanceRecord:
         """Poll until the instance reaches one of ``statuses`` (default: terminal)."""
-        return wait_for_status(self.get, instance_id, timeout=timeout, statuses=statuses)
+        return operations.wait(self.get, instance_id, timeout=timeout, statuses=statuses)
 
     def cancel(self, instance_id: str) -> InstanceRecord:
         """Cancel a DAG instance now; its running sub-workflows are cancelled too.
@@ -255,42 +249,12 @@ class DagClient:
             NotFound: no such instance.
             InvalidState: it is not a DAG instance, or it already COMPLETED or FAILED.
         """
-        check_id(instance_id)
-        for _ in range(50):
-            snap = self.store.dag_snapshot(instance_id)
-            if snap is None:
-                raise NotFound(f"no workflow instance {instance_id!r}")
-            record = snap.instance
-            if record.kind != "dag":
-                raise InvalidState(f"instance {instance_id} is not a DAG instance")
-            if record.status == Status.CANCELLED:
-                break
-            if record.status.terminal:
-                raise InvalidState(f"instance {instance_id} is already {record.status}")
-            decision = interpret.cancel(snap.open_slots)
-            try:
-                self.store.dag_apply(DagCommit(instance_id, record.version, decision, None))
-            except ConcurrencyConflict:
-                continue  # a node was scheduled meanwhile: re-read, cancel that state
-            break
-        else:
-            raise ConcurrencyConflict(instance_id, -1)
-        for child in self.store.children(instance_id):
-            cancel_instance(self.store, child.id)
-        return self.get(instance_id)
+        record = self.get(instance_id, include_deleted=True)
+        if record.kind != "dag":
+            raise InvalidState(f"instance {instance_id} is not a DAG instance")
+        return operations.engine(record).cancel(self.store, instance_id)
 
     def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
         """Its events as they commit, until it ends: :func:`statemachine_wf.live.watch`."""
         check_id(instance_id)
         return live.watch(self.store, instance_id, after_seq=after_seq)
-
-
-def cancel_instance(store: Store, instance_id: str) -> InstanceRecord | None:
-    """Cancel any instance (state machine or DAG) unless it has already ended."""
-    record = store.get(instance_id)
-    if record is None or record.status.terminal:
-        return record
-    try:
-        return Client(store).cancel(instance_id)
-    except InvalidState:
-        return store.get(instance_id)  # it ended meanwhile

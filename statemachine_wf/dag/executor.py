@@ -47,9 +47,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ..errors import ConcurrencyConflict, Fail, InputError, LeaseLost, StepFailure
+from ..errors import Fail, InputError, LeaseLost, StepFailure
 from ..events import Ev, EventRecord, NewEvent, Status
 from ..limits import check_payload
+from ..operations import cancel_unless_ended, until_committed
 from ..store import Claim, DagCommit, DagSnapshot, Store
 from . import interpret
 from .handlers import (
@@ -333,9 +334,7 @@ class DagExecutor:
         elif self._cancelled(instance_id):
             # Cancelled while we were starting the child: the cancel may have looked for
             # children before this one existed.
-            from .client import cancel_instance
-
-            cancel_instance(self.store, child_id)
+            cancel_unless_ended(self.store, child_id)
 
     def _failed(self, graph: Graph, claim: Claim, run: int, exc: BaseException) -> None:
         instance_id, node = claim.instance.id, claim.task.slot
@@ -436,8 +435,13 @@ class DagExecutor:
         with entry.lock:
             if seen >= 0 and seen != entry.commits:
                 snap = None  # this runner committed since: that version is gone
-            for _ in range(200):
-                if snap is None or entry.view is None:
+            held = snap
+
+            def attempt(n: int) -> bool:
+                # After a lost CAS the version decided on is gone: read what the winner
+                # did (the log's tail after the cached view) and decide again on that.
+                snap = held if n == 0 and entry.view is not None else None
+                if snap is None:
                     snap = self._read(entry, instance_id)
                     if snap is None:
                         return False
@@ -446,18 +450,20 @@ class DagExecutor:
                 decision = make(snap, entry.view)
                 if decision is None:
                     return False
-                try:
-                    self.store.dag_apply(
-                        DagCommit(instance_id, snap.instance.version, decision, self.worker)
-                    )
-                except ConcurrencyConflict:
-                    snap = None  # somebody decided first: read what they did and decide again
-                    continue
+                self.store.dag_apply(
+                    DagCommit(instance_id, snap.instance.version, decision, self.worker)
+                )
                 entry.commits += 1
                 if decision.finish:
                     self._forget(instance_id)  # over: nothing left to decide
                 return True
-        raise LeaseLost(f"instance {instance_id} keeps changing under this runner")
+
+            return until_committed(
+                attempt,
+                gave_up=lambda: LeaseLost(
+                    f"instance {instance_id} keeps changing under this runner"
+                ),
+            )
 
     # -- the per-instance cache ------------------------------------------------------------
     def _entry(self, instance_id: str) -> _Cached:

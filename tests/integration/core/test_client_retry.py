@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from statemachine_wf import Client, Status, Store, StoreUnavailable
+from statemachine_wf import Client, Status, Store, StoreUnavailable, operations
 
 from ..inbox.flows import Echo
 
@@ -86,7 +86,7 @@ def test_a_lost_commit_that_others_overtook_is_reported_not_guessed(
     def overtaken(commit: Any) -> int:
         # Ours did not commit, but somebody else changed the instance meanwhile: the
         # version moved and the log does not end with our decision.
-        store.rebuild(instance_id, client._fold(client.get(instance_id)))
+        store.rebuild(instance_id, operations.project(store, client.get(instance_id)))
         raise StoreUnavailable("postgres: OperationalError: connection lost", lost=True)
 
     monkeypatch.setattr(store, "apply", overtaken)
