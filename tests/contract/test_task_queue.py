@@ -1,0 +1,167 @@
+"""The task queue's contract (``ports.TaskQueue``), on SQLite and PostgreSQL.
+
+Leases are given explicitly: ``lease=0`` is a lease that has already run out (the task
+is due again at once), 300 s one that cannot run out during a test.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from statemachine_wf import ConcurrencyConflict, Status, decide
+from statemachine_wf.events import Ev
+from statemachine_wf.store import Commit, Store
+from tests.integration.core.test_store_contract import new
+
+from .helpers import TYPE, cancelled, claim_one, started
+
+
+def test_a_claim_leases_one_due_task_and_a_second_claim_does_not_get_it(store: Store) -> None:
+    iid = new(store)
+    claims = store.claim(worker="w1", types=[TYPE], lease=300, limit=5, incarnation="inc-1")
+    assert [c.instance.id for c in claims] == [iid]
+    token = claims[0].task.lease_token
+    assert token is not None
+    assert token.startswith("inc-1/")
+    assert store.claim(worker="w2", types=[TYPE], lease=300) == []
+    assert store.claim_instance(iid, worker="w2", lease=300) is None
+    task = store.task(iid)
+    assert task is not None
+    assert (task.lease_owner, task.lease_token, task.leased) == ("w1", token, True)
+
+
+def test_claims_take_state_machine_tasks_of_their_types_when_due(store: Store) -> None:
+    later = new(store, delay=3600)
+    other = new(store, type_="c.other.v1")
+    assert store.claim(worker="w", types=[TYPE, "c.nobody.v1"], lease=300) == []
+    wait = store.next_due(types=[TYPE])
+    assert wait is not None
+    assert 3000 < wait <= 3600
+    assert store.next_due(types=["c.other.v1"]) == 0
+    assert store.next_due(types=["c.nobody.v1"]) is None
+    assert store.next_due(types=[], dag_types=["c.other.v1"]) is None  # not a DAG task
+    [claim] = store.claim(worker="w", types=["c.other.v1"], lease=300)
+    assert claim.instance.id == other
+    assert later not in {claim.instance.id}
+
+
+def test_an_expired_lease_is_claimable_again_and_fences_the_old_holder(store: Store) -> None:
+    iid = new(store)
+    [old] = store.claim(worker="w1", types=[TYPE], lease=0, incarnation="old")  # run out
+    [now] = store.claim(worker="w2", types=[TYPE], lease=300, incarnation="new")
+    assert now.instance.id == iid
+    assert not now.started  # the step was in flight: in doubt, the new holder decides
+    assert now.task.in_flight
+    assert now.instance.version > old.instance.version
+    assert now.task.lease_token != old.task.lease_token
+    # The old holder's heartbeat extends nothing, its hand-back releases nothing ...
+    assert store.heartbeat(worker="w1", lease=300, incarnation="old") == 0
+    assert store.heartbeat(worker="w1", lease=300) == 0
+    store.release(worker="w1", instance_ids=[iid], token=old.task.lease_token)
+    store.release(worker="w2", instance_ids=[iid], token=old.task.lease_token)
+    task = store.task(iid)
+    assert task is not None
+    assert (task.lease_owner, task.lease_token, task.leased) == ("w2", now.task.lease_token, True)
+    # ... and its decision loses the CAS.
+    d = decide.saved(old.instance.projection(in_flight=True), "first", 1, {"late": True})
+    with pytest.raises(ConcurrencyConflict):
+        store.apply(Commit(iid, old.instance.version, d, "w1"))
+    assert Ev.PROGRESS_SET not in [e.event_type for e in store.events(iid)]
+
+
+def test_heartbeat_and_release_are_fenced_by_incarnation(store: Store) -> None:
+    """Two runners with one worker id (twins) never extend or release each other's leases."""
+    a = started(store, worker="node-1")
+    b_id = new(store)
+    b = store.claim_instance(b_id, worker="node-1", lease=300, incarnation="inc-b")
+    assert b is not None
+    store.release(worker="node-1", instance_ids=[a.instance.id])
+    a2 = store.claim_instance(a.instance.id, worker="node-1", lease=300, incarnation="inc-a")
+    assert a2 is not None
+    assert sorted(store.lease_incarnations(worker="node-1")) == ["inc-a", "inc-b"]
+    assert store.heartbeat(worker="node-1", lease=300, incarnation="inc-a") == 1
+    assert store.heartbeat(worker="node-1", lease=300) == 2
+    assert store.heartbeat(worker="node-2", lease=300) == 0
+    store.release(worker="node-1", incarnation="inc-a")  # every lease of inc-a, no other
+    assert store.lease_incarnations(worker="node-1") == ["inc-b"]
+    assert store.claim_instance(b_id, worker="x", lease=300) is None
+    taken = store.claim_instance(a.instance.id, worker="x", lease=300)
+    assert taken is not None
+    assert taken.task.in_flight  # a hand-back keeps the in-flight mark
+
+
+def test_a_heartbeat_logs_only_a_claim_it_has_seen_before(store: Store) -> None:
+    claim = started(store)
+    iid = claim.instance.id
+
+    def beats() -> int:
+        return [e.event_type for e in store.events(iid)].count(Ev.HEARTBEAT)
+
+    assert store.heartbeat(worker="w", lease=300, log_every=0) == 1
+    assert beats() == 0  # first sighting of this claim: marked, not logged
+    assert store.heartbeat(worker="w", lease=300, log_every=0) == 1
+    assert beats() == 1
+    assert store.heartbeat(worker="w", lease=300, log_every=3600) == 1
+    assert beats() == 1  # logged less than log_every ago
+    [beat] = [e for e in store.events(iid) if e.event_type == Ev.HEARTBEAT]
+    assert (beat.node, beat.attempt, beat.worker) == ("first", 1, "w")
+
+
+def test_a_released_task_is_due_at_once_and_claimed_in_doubt(store: Store) -> None:
+    claim = started(store)
+    iid = claim.instance.id
+    store.release(worker="w", instance_ids=[iid], token="not-this-claim")
+    assert store.claim(worker="x", types=[TYPE], lease=300) == []  # the wrong token: kept
+    store.release(worker="w", instance_ids=[iid], token=claim.task.lease_token)
+    task = store.task(iid)
+    assert task is not None
+    assert (task.lease_owner, task.leased, task.in_flight) == (None, False, True)
+    again = claim_one(store, worker="x")
+    assert again.instance.id == iid
+    assert not again.started
+    assert again.task.lease_owner == "x"
+
+
+def test_claim_instance_does_not_hurry_a_task_that_waits(store: Store) -> None:
+    later = new(store, delay=3600)  # pending, not in flight, not due
+    assert store.claim_instance(later, worker="w", lease=300) is None
+    store.wake_instances([later])  # a wake-up makes an unleased task due now
+    claim = store.claim_instance(later, worker="w", lease=300)
+    assert claim is not None
+    assert not claim.started  # claim_instance never starts anything
+    assert claim.instance.status == Status.PENDING
+    held = started(store, worker="w1")
+    store.wake_instances([held.instance.id])  # a leased task is left alone
+    assert store.claim(worker="w2", types=[TYPE], lease=300) == []
+
+
+def test_active_is_the_running_and_stalled_instances(store: Store) -> None:
+    pending = new(store, type_="c.idle.v1")  # nobody claims it
+    running = started(store).instance.id
+    stalled = started(store, type_="c.other.v1").instance.id
+    store.quarantine(stalled, reason="test", worker="w")
+    finished = new(store)
+    cancelled(store, finished)
+    assert {r.id for r in store.active()} == {running, stalled}
+    assert [r.id for r in store.active(types=["c.other.v1"])] == [stalled]
+    assert store.active(types=["c.idle.v1"]) == []
+    rec = store.get(pending)
+    assert rec is not None
+    assert rec.status == Status.PENDING
+
+
+@pytest.mark.parametrize("how", ["wake", "nudge"])
+def test_wake_and_nudge_return_a_waiting_worker(store: Store, how: str) -> None:
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(store.wait_for_work(120)))
+    began = time.monotonic()
+    waiter.start()
+    while waiter.is_alive() and time.monotonic() - began < 60:
+        getattr(store, how)()  # a wake-up is not kept for a worker that is not waiting yet
+        waiter.join(0.05)
+    waiter.join()
+    assert result == [True]
+    assert time.monotonic() - began < 60
