@@ -1,0 +1,67 @@
+"""The locks' contract (``ports.Locks``), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from statemachine_wf import decide
+from statemachine_wf.store import Commit, Store
+from tests.integration.core.test_store_contract import new
+
+from .helpers import TYPE, started
+
+
+def test_a_lock_is_exclusive_per_key(store: Store) -> None:
+    a, b = new(store), new(store)
+    assert store.lock_holder("signer-1") is None
+    assert store.acquire_lock("signer-1", a) == a
+    assert store.acquire_lock("signer-1", b) == a  # taken: the holder, not b
+    assert store.acquire_lock("signer-1", a) == a  # the holder again: still a
+    assert store.lock_holder("signer-1") == a
+    assert store.acquire_lock("signer-2", b) == b  # another key is another lock
+    assert store.lock_holder("signer-2") == b
+
+
+def test_only_the_holder_releases_a_lock(store: Store) -> None:
+    a, b = new(store), new(store)
+    store.acquire_lock("k", a)
+    assert store.release_locks(b, key="k") == 0
+    assert store.release_locks(b) == 0
+    assert store.lock_holder("k") == a
+    assert store.release_locks(a, key="k") == 1
+    assert store.lock_holder("k") is None
+    assert store.release_locks(a, key="k") == 0  # once
+    assert store.acquire_lock("k", b) == b
+
+
+def test_releasing_without_a_key_releases_every_lock_of_the_instance(store: Store) -> None:
+    a, b = new(store), new(store)
+    for key in ("k1", "k2"):
+        store.acquire_lock(key, a)
+    store.acquire_lock("k3", b)
+    assert store.release_locks(a) == 2
+    assert (store.lock_holder("k1"), store.lock_holder("k2")) == (None, None)
+    assert store.lock_holder("k3") == b
+
+
+def test_a_release_makes_the_waiters_task_due(store: Store) -> None:
+    holder = new(store, type_="c.holder.v1")
+    waiter = new(store, delay=3600)  # parked: due only when woken
+    store.acquire_lock("k", holder)
+    assert store.acquire_lock("k", waiter) == holder  # registered as a waiter
+    assert store.claim(worker="w", types=[TYPE], lease=300) == []
+    store.release_locks(holder, key="k")
+    [claim] = store.claim(worker="w", types=[TYPE], lease=300)
+    assert claim.instance.id == waiter
+    assert store.acquire_lock("k", waiter) == waiter
+
+
+def test_an_instance_that_ends_releases_its_locks_and_wakes_its_waiters(store: Store) -> None:
+    claim = started(store, type_="c.holder.v1")
+    holder = claim.instance.id
+    waiter = new(store, delay=3600)
+    store.acquire_lock("k", holder)
+    store.acquire_lock("k", waiter)
+    d = decide.cancel(claim.instance.projection(in_flight=True), leased=False)  # Finish
+    store.apply(Commit(holder, claim.instance.version, d, "w"))
+    assert store.lock_holder("k") is None
+    [woken] = store.claim(worker="w", types=[TYPE], lease=300)
+    assert woken.instance.id == waiter
