@@ -1,0 +1,207 @@
+"""The DAG runs' contract (``ports.DagRuns``), on SQLite and PostgreSQL.
+
+Decisions are the pure DAG core's (``dag.interpret``), committed as the executor commits
+them: a node's ``NODE_COMPLETED`` and what it schedules, in one ``dag_apply``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from statemachine_wf import ConcurrencyConflict, InvalidState, Status
+from statemachine_wf.dag import DagDefinition, interpret
+from statemachine_wf.dag.models import check
+from statemachine_wf.events import Ev, EventRecord, NewEvent
+from statemachine_wf.store import Claim, DagCommit, NewDagInstance, NewInstance, Store
+from tests.integration.dag.helpers import linear
+
+DEFINITION = linear(1)  # s -> n0 -> e
+GRAPH = check(DEFINITION)
+DAG_TYPE = DEFINITION.type
+
+
+def start(
+    store: Store,
+    *,
+    key: str | None = None,
+    name: str = "linear",
+    test: bool = False,
+    definition: DagDefinition = DEFINITION,
+) -> tuple[str, bool]:
+    """``dag_create`` as ``DagClient`` calls it."""
+    created = {"input": {"x": 1}, "dag": definition.dump(), "ref": {"name": name}}
+    return store.dag_create(
+        NewDagInstance(
+            id=str(uuid.uuid4()),
+            type=definition.type,
+            input={"x": 1},
+            start=GRAPH.start,
+            events=tuple(interpret.start_events(GRAPH, created)),
+            name=name,
+            test=test,
+            idempotency_key=key,
+        )
+    )
+
+
+def completion(store: Store, claim: Claim, output: Any) -> DagCommit:
+    """The executor's commit for ``claim``'s node completing with ``output``."""
+    instance_id, node = claim.instance.id, claim.task.slot
+    snap = store.dag_snapshot(instance_id)
+    assert snap is not None
+    view = interpret.LogView.of(snap.events)
+    run = view.run(node)
+    payload = {"output": output, "handle": None, "var": GRAPH.nodes[node].variable, "try": 1}
+    event = NewEvent(Ev.NODE_COMPLETED, node, run, payload)
+    record = EventRecord(
+        view.last_seq + 1, instance_id, str(Ev.NODE_COMPLETED), node, run, payload, None, "w", 0.0
+    )
+    decision = interpret.completed(
+        GRAPH,
+        view.with_completion(record),
+        node,
+        run,
+        status=snap.instance.status,
+        open_slots=snap.open_slots,
+    )
+    assert decision is not None
+    decision = replace(decision, events=(event, *decision.events))
+    return DagCommit(instance_id, snap.instance.version, decision, "w")
+
+
+def claim_node(store: Store, node: str) -> Claim:
+    [claim] = store.dag_claim(worker="w", types=[DAG_TYPE], lease=300)
+    assert claim.task.slot == node
+    return claim
+
+
+def test_dag_create_is_idempotent_on_the_key(store: Store) -> None:
+    iid, created = start(store, key="dag-1")
+    assert created
+    assert start(store, key="dag-1") == (iid, False)
+    snap = store.dag_snapshot(iid)
+    assert snap is not None
+    assert (snap.instance.kind, snap.instance.status) == ("dag", Status.RUNNING)
+    assert [e.event_type for e in snap.events] == [Ev.CREATED, Ev.NODE_DISPATCHED]
+    assert snap.open_slots == ("s",)
+    assert store.count_instances() == 1
+
+
+def test_dag_claim_leases_a_node_task_and_starts_it_once(store: Store) -> None:
+    iid, _ = start(store)
+    claim = claim_node(store, "s")
+    assert claim.started
+    assert (claim.task.kind, claim.task.attempt, claim.task.lease_owner) == ("dag", 1, "w")
+    assert store.dag_claim(worker="w2", types=[DAG_TYPE], lease=300) == []
+    assert store.claim(worker="w2", types=[DAG_TYPE], lease=300) == []  # not a machine task
+    started = [e for e in store.events(iid) if e.event_type == Ev.NODE_STARTED]
+    assert [(e.node, e.attempt, e.worker) for e in started] == [("s", 1, "w")]
+    task = store.task(iid, "s")
+    assert task is not None
+    assert (task.lease_owner, task.leased) == ("w", True)
+
+
+def test_dag_apply_obeys_the_same_cas(store: Store) -> None:
+    iid, _ = start(store)
+    commit = completion(store, claim_node(store, "s"), None)
+    assert store.dag_apply(commit) == commit.version + 1
+    before = store.dag_snapshot(iid)
+    assert before is not None
+    assert before.open_slots == ("n0",)
+    with pytest.raises(ConcurrencyConflict):  # the same decision again: a stale version
+        store.dag_apply(commit)
+    assert store.dag_snapshot(iid) == before  # nothing written
+    completions = [e for e in before.events if e.event_type == Ev.NODE_COMPLETED]
+    assert [e.node for e in completions] == ["s"]
+
+
+def test_dag_snapshot_reads_the_tail_after_a_seq(store: Store) -> None:
+    iid, _ = start(store)
+    claim_node(store, "s")
+    full = store.dag_snapshot(iid)
+    assert full is not None
+    assert len(full.events) == 3
+    tail = store.dag_snapshot(iid, after_seq=full.events[0].seq)
+    assert tail is not None
+    assert tail.events == full.events[1:]
+    assert (tail.instance, tail.open_slots) == (full.instance, full.open_slots)
+    empty = store.dag_snapshot(iid, after_seq=full.events[-1].seq)
+    assert empty is not None
+    assert empty.events == []
+    assert store.dag_snapshot(str(uuid.uuid4())) is None
+
+
+def test_a_dag_runs_to_completion_and_its_row_is_its_projection(store: Store) -> None:
+    iid, _ = start(store)
+    store.dag_apply(completion(store, claim_node(store, "s"), None))
+    store.dag_apply(completion(store, claim_node(store, "n0"), 2))
+    store.dag_apply(completion(store, claim_node(store, "e"), {"result": 2}))
+    snap = store.dag_snapshot(iid)
+    assert snap is not None
+    assert snap.open_slots == ()
+    rec = snap.instance
+    assert rec.status == Status.COMPLETED
+    assert rec.progress == {"output": {"result": 2}}
+    assert rec.projection().comparable() == interpret.project(snap.events).comparable()
+    assert store.dag_claim(worker="w", types=[DAG_TYPE], lease=300) == []
+    assert not store.dag_record(iid, NewEvent(Ev.NODE_STARTED, "e", 2, {}), worker="w")
+
+
+def test_dag_record_writes_a_node_event_once_per_run(store: Store) -> None:
+    iid, _ = start(store)
+    claim_node(store, "s")
+    # A once-per-run event (the log's unique index: started, completed, failed, dispatched).
+    done = NewEvent(Ev.NODE_COMPLETED, "s", 1, {"output": None, "handle": None})
+    assert store.dag_record(iid, done, worker="w")
+    assert not store.dag_record(iid, replace(done, payload={"output": 2}), worker="w2")
+    recorded = [e for e in store.events(iid) if e.event_type == Ev.NODE_COMPLETED]
+    assert [(e.worker, e.payload["output"]) for e in recorded] == [("w", None)]
+    snap = store.dag_snapshot(iid)
+    assert snap is not None
+    store.dag_apply(DagCommit(iid, snap.instance.version, interpret.cancel(snap.open_slots), "ops"))
+    assert not store.dag_record(iid, NewEvent(Ev.NODE_STARTED, "s", 2, {}), worker="w")
+    cancelled = store.dag_snapshot(iid)
+    assert cancelled is not None
+    assert (cancelled.instance.status, cancelled.open_slots) == (Status.CANCELLED, ())
+
+
+def test_saved_definitions_are_immutable_versions(store: Store) -> None:
+    first, second = {"n": 1}, {"n": 2}
+    assert store.dag_save("flow", first) == 1
+    assert store.dag_save("flow", second) == 2
+    assert store.dag_save("other", first) == 1
+    assert store.dag_definition("flow") == (2, second)
+    assert store.dag_definition("flow", 1) == (1, first)
+    assert store.dag_definition("flow", 3) is None
+    assert store.dag_definition("nope") is None
+    assert store.dag_definitions() == [("flow", 2), ("other", 1)]
+    used, _ = start(store, name="flow")
+    trial, _ = start(store, name="flow", test=True)
+    with pytest.raises(InvalidState):
+        store.dag_delete("flow")
+    assert store.dag_definition("flow") == (2, second)
+    assert not store.dag_delete_test_run(used)  # not a test run
+    assert store.dag_delete_test_run(trial)
+    assert store.get(trial) is None
+    assert store.dag_delete("flow", cascade=True) == 2
+    assert store.get(used) is None
+    assert store.dag_definitions() == [("other", 1)]
+
+
+def test_children_are_the_instances_started_with_a_parent(store: Store) -> None:
+    parent, _ = start(store)
+    kids = [
+        NewInstance(str(uuid.uuid4()), "c.child.v1", {}, "go", parent_id=parent, parent_node="n0")
+        for _ in range(2)
+    ]
+    for kid in kids:
+        store.create(kid)
+    store.create(NewInstance(str(uuid.uuid4()), "c.child.v1", {}, "go"))  # an orphan
+    children = store.children(parent)
+    assert sorted(c.id for c in children) == sorted(k.id for k in kids)
+    assert {(c.parent_id, c.parent_node) for c in children} == {(parent, "n0")}
+    assert store.children(kids[0].id) == []
