@@ -337,8 +337,9 @@ class DagRuns(Protocol):
     """DAG instances (kind 'dag', one task per open node), their definitions and children."""
 
     # Consistency: the same CAS on ``wf_instances.version`` as ``InstanceLog.apply``
-    # (``dag_apply`` raises ConcurrencyConflict and writes nothing); a node event is
-    # written once per (node, event type, run); saved definitions are immutable versions.
+    # (``dag_apply`` raises ConcurrencyConflict and writes nothing; ``dag_claim`` does not
+    # bump the version). NODE_DISPATCHED/STARTED/COMPLETED/FAILED are written once per
+    # (node, event type, run) (the log's unique index); saved definitions are immutable.
 
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
         """Insert a DAG instance; a known idempotency key returns ``(existing_id, False)``."""
