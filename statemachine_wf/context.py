@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from .decide import Reconciliation as Reconciliation  # re-exported: hooks return it
 from .errors import Fail, Parked, Waiting, WaitTimeout, check_duration
 from .progress import merge_progress
 
@@ -231,19 +231,6 @@ class StepContext(Generic[InputT, ProgressT]):
     def staged(self) -> dict[str, Any]:
         """Fields staged with :meth:`set` and not yet saved."""
         return dict(self._staged)
-
-
-Decision = Literal["unchanged", "rerun", "goto", "complete"]
-
-
-@dataclass(frozen=True, slots=True)
-class Reconciliation:
-    """What a reconcile hook found, and the evidence that goes into the log."""
-
-    decision: Decision
-    to: str | None = None
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    progress: Mapping[str, Any] = field(default_factory=dict)
 
 
 class ReconcileContext(Generic[InputT, ProgressT]):

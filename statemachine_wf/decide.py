@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from .context import Reconciliation
 from .errors import (
     Fail,
     InputError,
@@ -28,6 +27,24 @@ from .events import Ev, NewEvent
 from .fold import Projection, apply_all
 from .progress import merge_progress
 from .workflow import COMPLETED, ErrorClass, WorkflowSpec
+
+ReconcileVerdict = Literal["unchanged", "rerun", "goto", "complete"]
+"""What a reconcile hook may conclude about an in-doubt step."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciliation:
+    """What a reconcile hook found, and the evidence that goes into the log.
+
+    Defined with the decisions (re-exported by :mod:`statemachine_wf.context`): it is the
+    input of :func:`reconciled`, a pure value, where the hook's context is a runtime
+    object with a clock.
+    """
+
+    decision: ReconcileVerdict
+    to: str | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    progress: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

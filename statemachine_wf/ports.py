@@ -7,7 +7,7 @@ annotation keeps meaning "all of it"; code that needs one part only may ask for 
 contract once and runs it on both (the table in ``docs/architecture.md``, "The store's
 roles").
 
-The records the roles take and return live in :mod:`statemachine_wf.store`; this module
+The records the roles take and return live in :mod:`statemachine_wf.records`; this module
 depends on nothing above the core (no store implementation, no runner).
 """
 
@@ -15,24 +15,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .events import EventRecord, NewEvent, Status
 from .fold import Projection
+from .records import (
+    Claim,
+    Commit,
+    DagCommit,
+    DagSnapshot,
+    InstanceRecord,
+    NewDagInstance,
+    NewInstance,
+    TaskRecord,
+    TypeKind,
+)
 from .waits import NewSignal, SignalRecord
-
-if TYPE_CHECKING:
-    from .store import (
-        Claim,
-        Commit,
-        DagCommit,
-        DagSnapshot,
-        InstanceRecord,
-        NewDagInstance,
-        NewInstance,
-        TaskRecord,
-        TypeKind,
-    )
 
 
 class Lifecycle(Protocol):

@@ -19,6 +19,7 @@ def test_all_is_sorted_and_complete() -> None:
         "limits",
         "live",
         "ports",
+        "records",
         "progress",
         "retry",
         "runner",

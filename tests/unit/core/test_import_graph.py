@@ -1,0 +1,197 @@
+"""The package's layers, checked on its real import graph.
+
+grimp (the graph library behind import-linter) reads every import statement of the
+package, including those inside functions and under ``TYPE_CHECKING``: a lazy import is
+still a dependency, and a cycle through one is still a cycle. docs/architecture.md draws
+the same layers.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+from collections.abc import Iterator
+
+import grimp
+import pytest
+
+import statemachine_wf
+
+PACKAGE = "statemachine_wf"
+
+# Lowest first. A module may import its own layer and the layers below it, never above.
+LAYERS: dict[str, tuple[str, ...]] = {
+    # What an author writes and hands over: definitions, errors, limits, settings.
+    "definition": (
+        "errors",
+        "events",
+        "config",
+        "redact",
+        "limits",
+        "retry",
+        "workflow",
+        "checks",
+        "dag.models",
+        "dag.expressions",
+        "dag.templates",
+    ),
+    # Pure: no I/O, no clock, no randomness (checked below); `now` is passed in.
+    "core": ("progress", "fold", "decide", "waits", "audit", "dag.interpret"),
+    # The store port: its records and roles.
+    "port": ("records", "ports", "store"),
+    # The version-checked operations and the only CAS-retry loop.
+    "operations": ("operations",),
+    # Driving claimed instances: the pool, one driver per kind, the DAG node handlers.
+    "runtime": ("context", "driver", "runner", "dag.executor", "dag.handlers"),
+    # What producers and operators call.
+    "client": ("client", "dag.client", "inbox", "live"),
+}
+STORES = "stores"  # beside the stack: may use definition, core and port only
+SURFACE = ("", "dag", "cli", "testing")  # the facades, the CLI, the testing helpers
+OUTSIDE = ("adapters", "reconcilers")  # installed under the package, checked elsewhere
+
+CORE_MAY_NOT_IMPORT = {"time", "random", "os", "socket", "threading", "uuid", "datetime", "asyncio"}
+
+
+def _short(module: str) -> str:
+    return module[len(PACKAGE) + 1 :] if module != PACKAGE else ""
+
+
+def _layer(module: str) -> str:
+    name = _short(module)
+    for layer, members in LAYERS.items():
+        if name in members:
+            return layer
+    if name == STORES or name.startswith(STORES + "."):
+        return STORES
+    if name in SURFACE or any(name.startswith(s + ".") for s in SURFACE if s):
+        return "surface"
+    if name.split(".")[0] in OUTSIDE:
+        return "outside"
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS in this test")
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(PACKAGE, include_external_packages=False)
+
+
+def _own(graph: grimp.ImportGraph) -> list[str]:
+    return sorted(m for m in graph.modules if _layer(m) != "outside")
+
+
+def _edges(graph: grimp.ImportGraph) -> Iterator[tuple[str, str]]:
+    for module in _own(graph):
+        for imported in graph.find_modules_directly_imported_by(module):
+            if _layer(imported) != "outside":
+                yield module, imported
+
+
+def test_every_module_has_a_layer(graph: grimp.ImportGraph) -> None:
+    for module in graph.modules:
+        _layer(module)  # raises for a module nobody placed
+
+
+def test_no_upward_import(graph: grimp.ImportGraph) -> None:
+    order = list(LAYERS)
+    allowed_for_stores = {"definition", "core", "port", STORES}
+    upward = []
+    for module, imported in _edges(graph):
+        mine, theirs = _layer(module), _layer(imported)
+        if mine == "surface":
+            continue  # the top: the facades re-export, the CLI and testing use everything
+        if theirs == "surface":
+            upward.append(f"{module} -> {imported} (the surface is the top)")
+        elif mine == STORES:
+            if theirs not in allowed_for_stores:
+                upward.append(f"{module} -> {imported} (a store implements the port only)")
+        elif theirs == STORES:
+            upward.append(f"{module} -> {imported} (only the surface picks a store)")
+        elif order.index(theirs) > order.index(mine):
+            upward.append(f"{module} ({mine}) -> {imported} ({theirs})")
+    assert upward == []
+
+
+def test_no_import_cycle(graph: grimp.ImportGraph) -> None:
+    own = _own(graph)
+    edges: dict[str, list[str]] = {m: [] for m in own}
+    for module, imported in _edges(graph):
+        edges[module].append(imported)
+    # Tarjan's strongly connected components; any component of two or more is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in own:
+        if module not in index:
+            visit(module)
+    assert cycles == []
+
+
+def test_the_core_does_no_io_and_reads_no_clock() -> None:
+    root = pathlib.Path(statemachine_wf.__file__).parent
+    offenders = []
+    for name in LAYERS["core"]:
+        path = root.joinpath(*name.split(".")).with_suffix(".py")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found = {node.module.split(".")[0]}
+            else:
+                continue
+            offenders += [f"{name}: {m}" for m in sorted(found & CORE_MAY_NOT_IMPORT)]
+    assert offenders == []
+
+
+def test_the_checker_sees_a_cycle_and_an_upward_import() -> None:
+    """The rules above can fail: a graph with a planted cycle and an upward edge."""
+    graph = grimp.build_graph(PACKAGE, include_external_packages=False)
+    graph.add_import(importer=f"{PACKAGE}.fold", imported=f"{PACKAGE}.operations")
+    with pytest.raises(AssertionError):
+        test_no_upward_import(graph)
+    with pytest.raises(AssertionError):
+        test_no_import_cycle(graph)
+
+
+def test_config_is_the_only_reader_of_the_environment() -> None:
+    """``SWF_*`` settings are read in one place (``Config``); the rest is handed them."""
+    root = pathlib.Path(statemachine_wf.__file__).parent
+    readers = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in OUTSIDE or relative == pathlib.Path("config.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in {"environ", "getenv"}:
+                readers.append(f"{relative}:{node.lineno}")
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "os"
+                and any(a.name in {"environ", "getenv"} for a in node.names)
+            ):
+                readers.append(f"{relative}:{node.lineno}")
+    assert readers == []
