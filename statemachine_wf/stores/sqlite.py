@@ -9,7 +9,6 @@ work, and notice other processes' commits through ``PRAGMA data_version``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import sqlite3
@@ -483,8 +482,7 @@ class SQLiteStore:
             )
             conn.execute(Q["lease_task"], lease_params)
             attempt = decision.state.attempts[task.node]  # the attempt decide.start began
-            task = _leased(task, worker, now + lease, attempt, started=True)
-            task = dataclasses.replace(task, lease_token=token)
+            task = _leased(task, worker, now + lease, attempt, started=True, token=token)
             instance = instance_record(
                 conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
             )
@@ -496,14 +494,12 @@ class SQLiteStore:
         )
         conn.execute(Q["lease_task"], lease_params)
         bumped = instance_record(conn.execute(Q["get_instance"], {"id": instance.id}).fetchone())
-        leased = _leased(task, worker, now + lease, task.attempt, started=False)
+        leased = _leased(task, worker, now + lease, task.attempt, started=False, token=token)
         signals = None
         if bumped.waiting is not None:  # read with the claim, as on PostgreSQL
             rows = conn.execute(Q["signals_pending"], {"instance_id": instance.id, "now": now})
             signals = tuple(signal_record(r, decoded=False) for r in rows)
-        return Claim(
-            dataclasses.replace(leased, lease_token=token), bumped, started=False, signals=signals
-        )
+        return Claim(leased, bumped, started=False, signals=signals)
 
     def apply(self, commit: Commit) -> int:
         now = time.time()
@@ -1098,7 +1094,9 @@ class SQLiteStore:
                 if problem is not None:
                     self._quarantine(conn, task.instance_id, f"corrupt row: {problem}", worker, now)
                     continue
-                leased = _leased(task, worker, now + lease, task.attempt + 1, started=True)
+                leased = _leased(
+                    task, worker, now + lease, task.attempt + 1, started=True, token=token
+                )
                 claims.append(Claim(leased, inst, started=True, more=more))
         return claims
 
@@ -1246,8 +1244,15 @@ class SQLiteStore:
 
 
 def _leased(
-    task: TaskRecord, worker: str, due_at: float, attempt: int, *, started: bool
+    task: TaskRecord, worker: str, due_at: float, attempt: int, *, started: bool, token: str
 ) -> TaskRecord:
+    """``task`` as this claim left it: leased to ``worker`` under ``token``.
+
+    The token is what fences a later heartbeat or hand-back to this claim alone; a claim
+    returned without it would let a release by instance id free every lease the worker
+    holds on the instance (a DAG's sibling nodes included), as PostgreSQL's RETURNING
+    never would.
+    """
     return TaskRecord(
         id=task.id,
         instance_id=task.instance_id,
@@ -1261,6 +1266,8 @@ def _leased(
         in_flight=True if started else task.in_flight,
         failures=task.failures,
         lease_owner=worker,
+        leased=True,
+        lease_token=token,
     )
 
 

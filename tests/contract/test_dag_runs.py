@@ -205,3 +205,22 @@ def test_children_are_the_instances_started_with_a_parent(store: Store) -> None:
     assert sorted(c.id for c in children) == sorted(k.id for k in kids)
     assert {(c.parent_id, c.parent_node) for c in children} == {(parent, "n0")}
     assert store.children(kids[0].id) == []
+
+
+def test_a_node_claim_carries_its_lease_and_its_token_fences_the_hand_back(store: Store) -> None:
+    iid, _ = start(store)
+    claim = claim_node(store, "s")
+    task = store.task(iid, "s")
+    assert task is not None
+    assert claim.task.leased
+    assert claim.task.lease_token is not None
+    assert claim.task.lease_token == task.lease_token
+    # A hand-back is by token: another claim's token frees nothing, this one's frees it.
+    store.release(worker="w", instance_ids=[iid], token=claim.task.lease_token + "-other")
+    still = store.task(iid, "s")
+    assert still is not None
+    assert still.leased
+    store.release(worker="w", instance_ids=[iid], token=claim.task.lease_token)
+    freed = store.task(iid, "s")
+    assert freed is not None
+    assert not freed.leased

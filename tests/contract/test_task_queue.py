@@ -165,3 +165,17 @@ def test_wake_and_nudge_return_a_waiting_worker(store: Store, how: str) -> None:
     waiter.join()
     assert result == [True]
     assert time.monotonic() - began < 60
+
+
+def test_the_claimed_task_says_it_is_leased_as_the_stored_row_does(store: Store) -> None:
+    first, second = new(store), new(store)
+    [claim] = store.claim(worker="w", types=[TYPE], lease=300)
+    by_id = store.claim_instance(
+        second if claim.instance.id == first else first, worker="w", lease=300
+    )
+    assert by_id is not None
+    for held in (claim, by_id):
+        row = store.task(held.instance.id)
+        assert row is not None
+        assert (held.task.leased, held.task.lease_token) == (row.leased, row.lease_token)
+        assert held.task.leased
