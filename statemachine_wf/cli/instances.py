@@ -1,0 +1,169 @@
+"""The commands on instances: ``start``, ``status``, ``history``, ``graph``, ``list``,
+``cancel``/``resume``/``retry``, ``verify``, ``rebuild``, ``delete`` and ``purge``.
+
+Each takes the parsed arguments and the :class:`~statemachine_wf.client.Client` (and the
+store where it reads one directly), prints its result, and raises a ``ValueError`` or a
+:class:`~statemachine_wf.errors.WorkflowError` that ``main`` turns into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+
+from ..audit import lifecycle
+from ..client import Client
+from ..errors import UnknownWorkflowType
+from ..events import Status
+from ..inbox import parse_duration
+from ..store import KIND_NAMES, Store, TypeKind
+from .formatting import _event_dict, _json_arg, _record_dict, _when
+
+
+def start(client: Client, args: argparse.Namespace) -> None:
+    data = _json_arg("--input", args.input)
+    if args.type not in client.classes:
+        raise UnknownWorkflowType(args.type, list(client.classes))
+    run_at = None
+    if args.run_at is not None:  # an empty --run-at is a mistake, not "now"
+        try:
+            run_at = datetime.fromisoformat(args.run_at)
+        except ValueError as exc:
+            raise ValueError(f"--run-at is not an ISO 8601 time: {exc}") from exc
+    print(
+        client.start(
+            args.type,
+            data,
+            idempotency_key=args.key,
+            priority=args.priority,
+            delay=args.delay,
+            run_at=run_at,
+        )
+    )
+
+
+def status(client: Client, store: Store, args: argparse.Namespace) -> None:
+    r = client.get(args.id)
+    kind: TypeKind = "dag" if r.kind == "dag" else "machine"
+    # A finished instance needs no runner; a live one of a type no runner registered
+    # waits silently, so say so rather than let it look stuck.
+    hosted = r.status.terminal or r.type in store.registered_types(kind)
+    if args.json:
+        print(json.dumps({**_record_dict(r), "hosted": hosted}, indent=2))
+        return
+    print(f"{r.id}  {r.type}  {r.status}  step={r.step} attempt={r.step_attempts}")
+    print(f"  progress: {json.dumps(r.progress)}")
+    if r.error:
+        print(f"  error: {json.dumps(r.error)}")
+    if r.cancel_requested and not r.status.terminal:
+        print("  cancel requested")
+    if not hosted:
+        print(
+            f"  no runner has registered the {KIND_NAMES[kind]} type {r.type!r}: "
+            "it waits until one that hosts it starts"
+        )
+    wait = r.wait
+    if wait is not None:
+        what = f"signal {wait.get('name')!r}" if wait.get("kind") == "signal" else "timer"
+        until = wait.get("until")
+        deadline = "no deadline" if until is None else f"until {_when(until)} UTC"
+        print(f"  waiting for {what} ({deadline})")
+
+
+def history(client: Client, args: argparse.Namespace) -> None:
+    events = client.history(args.id)
+    if args.lifecycle:  # wins over --json: the lifecycle view has no JSON form
+        for name, e in lifecycle(events):
+            who = f" by {e.worker}" if e.worker else ""
+            print(f"{e.seq:>8} {_when(e.created_at)} {name} ({e.event_type}){who}")
+    elif args.json:
+        print(json.dumps([_event_dict(e) for e in events], indent=2))
+    else:
+        for e in events:
+            where = f" {e.node}#{e.attempt}" if e.node else ""
+            extra = json.dumps(e.payload) if e.payload else ""
+            err = f" error={e.error['code']}: {e.error['message']}" if e.error else ""
+            print(f"{e.seq:>8} {_when(e.created_at)} {e.event_type}{where} {extra}{err}")
+
+
+def graph(client: Client, args: argparse.Namespace) -> None:
+    cls = client.classes.get(args.type)
+    if cls is None:
+        raise UnknownWorkflowType(args.type, list(client.classes))
+    print(cls.spec().mermaid(), end="")
+
+
+def listing(client: Client, args: argparse.Namespace) -> None:
+    """``list``: one page of rows on stdout; where more exist, a note on stderr."""
+    if args.limit < 0 or args.offset < 0:
+        raise ValueError("--limit and --offset must be >= 0")
+    status = [Status(s) for s in args.status] if args.status else None
+    rows = client.list(
+        status=status, type_prefix=args.type_prefix, limit=args.limit, offset=args.offset
+    )
+    for r in rows:
+        print(f"{r.id}  {r.type:<32} {r.status:<10} {r.step}")
+    shown = args.offset + len(rows)
+    # A short first page is everything there is; only a full or a later page needs the
+    # total, which costs a second query.
+    if len(rows) == args.limit or args.offset:
+        total = client.count(status=status, type_prefix=args.type_prefix)
+        if not rows:
+            print(f"showing none of {total} (--offset {args.offset})", file=sys.stderr)
+        elif shown < total or args.offset:
+            print(
+                f"showing {args.offset + 1}-{shown} of {total}; see more with --limit/--offset",
+                file=sys.stderr,
+            )
+
+
+def control(client: Client, cmd: str, args: argparse.Namespace) -> None:
+    """``cancel``, ``resume`` or ``retry``: the client method of the same name."""
+    r = getattr(client, cmd)(args.id)
+    # A cancel lands at the running step's end; until then the status is unchanged.
+    note = (
+        " (cancel requested; stops at the running step's end)"
+        if (cmd == "cancel" and not r.status.terminal)
+        else ""
+    )
+    print(f"{r.id}  {r.status}{note}")
+
+
+def verify(client: Client, args: argparse.Namespace) -> int:
+    """Compare rows with the fold of their logs; the exit code is 1 if any differs."""
+    ids = args.ids or [r.id for r in client.list(limit=args.limit)]
+    bad = 0
+    for instance_id in ids:
+        diff = client.verify(instance_id)
+        if diff:
+            bad += 1
+            print(f"{instance_id}: row differs from its log: {diff}")
+    print(f"verified {len(ids)} instance(s): {bad} differ")
+    if not args.ids and len(ids) == args.limit and client.count() > args.limit:
+        print(f"stopped at --limit {args.limit}; {client.count()} in all", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def rebuild(client: Client, args: argparse.Namespace) -> None:
+    projection = client.rebuild(args.id)
+    print(f"{args.id} rebuilt: {projection.status} at {projection.step}")
+
+
+def delete(client: Client, args: argparse.Namespace) -> None:
+    client.delete(args.id)
+    print(f"{args.id} deleted (hidden until purged)")
+
+
+def purge(client: Client, args: argparse.Namespace) -> None:
+    age = parse_duration(args.older_than)
+    # Refused before anything is deleted: a soft purge leaves instances recoverable, and
+    # dead letters have no soft form, so the two together would half-honour --soft.
+    if args.soft and args.dead_letters:
+        raise ValueError("--soft applies to instances only; dead letters are deleted")
+    n = client.purge(older_than=age, batch_size=args.batch, soft=args.soft)
+    print(f"{'marked deleted' if args.soft else 'purged'} {n} finished instance(s)")
+    if args.dead_letters:
+        letters = client.purge_dead_letters(older_than=age, batch_size=args.batch)
+        print(f"purged {letters} dead letter(s)")

@@ -1,0 +1,53 @@
+"""The commands that operate the runtime rather than one instance: ``migrate`` (the
+schema, and the hosted types declared for SQL producers) and ``worker`` (a
+:class:`~statemachine_wf.runner.Runner` over the hosted workflows and DAG registry)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from ..runner import Runner, RunnerOptions
+from ..store import Store
+from ..workflow import Workflow
+from .loading import _dag_registry, _dependencies
+
+
+def migrate(store: Store, workflows: list[type[Workflow[Any, Any]]]) -> None:
+    print(f"schema at version {store.migrate()}")
+    if workflows:  # declare them for SQL producers before any runner starts
+        store.register_types([w.spec().workflow_type for w in workflows], by="migrate")
+
+
+def worker(
+    store: Store, workflows: list[type[Workflow[Any, Any]]], args: argparse.Namespace
+) -> None:
+    dags = _dag_registry(args.dag_registry)
+    if not workflows and dags is None:
+        raise ValueError(
+            "nothing to run: name workflow modules with -m (SWF_MODULES) "
+            "or a DAG registry with --dag-registry (SWF_DAG_REGISTRY)"
+        )
+    if args.dag_types and dags is None:
+        raise ValueError("--dag-type needs --dag-registry")
+    options = RunnerOptions(
+        concurrency=args.concurrency,
+        lease=args.lease,
+        prefixes=tuple(args.prefixes),
+        worker_id=args.worker_id,
+    )
+    # Only replaced when given: RunnerOptions keeps its own default DAG task types.
+    if args.dag_types:
+        options = dataclasses.replace(options, dag_types=tuple(args.dag_types))
+    runner = Runner(
+        store,
+        workflows,
+        dependencies=_dependencies(args.deps),
+        options=options,
+        dags=dags,
+    )
+    if args.until_idle:
+        runner.run_until_idle(timeout=3600)
+    else:
+        runner.run()
