@@ -8,19 +8,10 @@ Define a graph (:class:`DagDefinition`, from JSON with :func:`load` or in Python
 
 from typing import TYPE_CHECKING
 
+from .definition import DEFAULT_DAG_TYPE, DagDefinition, Edge, Node, NodeRetry
 from .handlers import NodeContext, NodeResult, Registry, node_context
 from .interpret import DagDecision
-from .models import (
-    DEFAULT_DAG_TYPE,
-    DagBuilder,
-    DagDefinition,
-    Edge,
-    Graph,
-    Node,
-    NodeRetry,
-    check,
-    load,
-)
+from .models import DagBuilder, Graph, check, load
 from .templates import TemplateError, resolve
 
 if TYPE_CHECKING:

@@ -20,9 +20,10 @@ from ..events import EventRecord, Status
 from ..limits import check_payload, check_value
 from ..store import InstanceRecord, NewDagInstance, Store
 from . import interpret
+from .definition import DagDefinition
 from .handlers import Registry
 from .interpret import LogView
-from .models import DagDefinition, check, load
+from .models import check, load
 
 log = logging.getLogger(__name__)
 

@@ -53,6 +53,7 @@ from ..limits import check_payload
 from ..operations import cancel_unless_ended, until_committed
 from ..store import Claim, DagCommit, DagSnapshot, Store
 from . import interpret
+from .definition import ERROR_HANDLE
 from .handlers import (
     ChildRunning,
     InternalError,
@@ -63,7 +64,7 @@ from .handlers import (
     handler_for,
 )
 from .interpret import Completion, DagDecision, LogView, TaskRetry
-from .models import ERROR_HANDLE, Graph
+from .models import Graph
 from .templates import TemplateError
 
 if TYPE_CHECKING:

@@ -35,8 +35,7 @@ from ..errors import DefinitionError, Fail, InputError
 from ..events import Status
 from ..limits import check_payload
 from ..store import NewInstance, Store
-from .expressions import EXPRESSION_ERRORS, ExpressionLimit, evaluate, frozen_copy
-from .models import (
+from .definition import (
     DONE_HANDLE,
     ELSE_HANDLE,
     LOOP_HANDLE,
@@ -50,6 +49,7 @@ from .models import (
     PythonConfig,
     SubWorkflowConfig,
 )
+from .expressions import EXPRESSION_ERRORS, ExpressionLimit, evaluate, frozen_copy
 from .templates import resolve
 
 if TYPE_CHECKING:

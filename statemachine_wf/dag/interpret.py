@@ -28,7 +28,8 @@ from typing import Any
 
 from ..events import Ev, EventRecord, NewEvent, Status
 from ..fold import Projection
-from .models import LOOP_HANDLE, DagDefinition, Edge, Graph, check
+from .definition import LOOP_HANDLE, DagDefinition, Edge
+from .models import Graph, check
 
 
 @dataclass(frozen=True, slots=True)

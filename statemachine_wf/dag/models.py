@@ -1,11 +1,12 @@
-"""DAG definitions: nodes, edges and join modes as pydantic models, and their validation.
+"""DAG definitions and their validation: :func:`check` decides whether a definition can
+be run and returns its :class:`Graph`; :func:`load` and :class:`DagBuilder` make checked
+definitions.
 
-A definition is plain data, loadable from the editor's JSON (``sourceHandle``,
-``joinMode``, ``outputVariable``, ``errorHandling`` are accepted beside their
-snake_case names) or written in Python (see :class:`DagBuilder`). Nothing here runs a
-node: :func:`check` only decides whether a definition can be run, and
-:class:`Graph` is the derived shape the interpreter reads (incoming edges, handles,
-loop bodies).
+A definition is plain data (the pydantic models of :mod:`.definition`, re-exported
+here), loadable from the editor's JSON with :func:`load` (read by :mod:`.loading`) or
+written in Python (see :class:`DagBuilder`). Nothing here runs a node: :func:`check` only
+decides whether a definition can be run, and :class:`Graph` is the derived shape the
+interpreter reads (incoming edges, handles, loop bodies).
 
 Validation collects every problem before raising one :class:`DefinitionError`:
 unknown node types, bad node configs, duplicate ids, dangling edges, no (or two) start
@@ -15,235 +16,44 @@ cycle not made by a loop node.
 
 from __future__ import annotations
 
-import ast
 import itertools
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, ValidationError
 
 from ..errors import DefinitionError
-from ..limits import check_dag_size
-from ..retry import RetryPolicy
-from .expressions import compile_expression
-
-DEFAULT_DAG_TYPE = "swf.dag"
-"""The task type DAG instances are queued under unless their definition names another."""
-
-ERROR_HANDLE = "error"
-LOOP_HANDLE = "loop"
-DONE_HANDLE = "done"
-ELSE_HANDLE = "else"
-
-JoinMode = Literal["all", "any"]
-ErrorHandling = Literal["continue", "fail_workflow"]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
-
-
-class Position(_Model):
-    x: float = 0.0
-    y: float = 0.0
-
-
-class NodeRetry(_Model):
-    """Retries of a failing node before its error handling applies (1 = no retry)."""
-
-    max_attempts: int = Field(default=3, ge=1, le=100)
-    initial_delay: float = Field(default=1.0, ge=0)
-    max_delay: float = Field(default=60.0, ge=0)
-    multiplier: float = Field(default=2.0, ge=1)
-
-    def policy(self) -> RetryPolicy:
-        return RetryPolicy(
-            max_attempts=self.max_attempts,
-            initial_delay=self.initial_delay,
-            max_delay=self.max_delay,
-            multiplier=self.multiplier,
-            jitter=False,
-            on_exhausted="fail",
-        )
-
-
-class Node(_Model):
-    """One node: ``type`` picks the handler, ``config`` is its (templated) settings.
-
-    Attributes:
-        join: ``all`` (every incoming edge fired) or ``any`` (at least one).
-        output_variable: the context key its output is written to (default: its id).
-        error_handling: ``fail_workflow`` (retry per ``retry``, then the instance
-            FAILS) or ``continue`` (follow the ``error`` handle with the error as output).
-    """
-
-    id: str = Field(min_length=1, max_length=200)
-    type: str
-    config: dict[str, Any] = Field(default_factory=dict)
-    position: Position | None = None
-    label: str | None = None
-    join: JoinMode = Field(default="all", alias="joinMode")
-    output_variable: str | None = None
-    error_handling: ErrorHandling = "fail_workflow"
-    retry: NodeRetry | None = None
-
-    @property
-    def variable(self) -> str:
-        return self.output_variable or self.id
-
-    def retry_policy(self) -> RetryPolicy:
-        if self.retry is not None:
-            return self.retry.policy()
-        # A node whose error is an output to follow does not retry unless asked to.
-        attempts = 1 if self.error_handling == "continue" else 3
-        return NodeRetry(max_attempts=attempts).policy()
-
-
-class Edge(_Model):
-    """``source`` -> ``target``, taken when the source finishes with ``source_handle``.
-
-    ``source_handle`` None is a node's default output; a condition names a branch
-    (or ``else``), a loop ``loop`` or ``done``, a ``continue`` node may add ``error``.
-    """
-
-    source: str
-    target: str
-    source_handle: str | None = None
-    id: str | None = None
-
-
-class DagDefinition(_Model):
-    """A whole graph. ``type`` is the task type its instances are queued under."""
-
-    name: str = Field(min_length=1, max_length=200)
-    nodes: list[Node]
-    edges: list[Edge] = Field(default_factory=list)
-    description: str = ""
-    type: str = DEFAULT_DAG_TYPE
-
-    def dump(self) -> dict[str, Any]:
-        """The JSON form stored with an instance and in saved definitions."""
-        return self.model_dump(mode="json", exclude_none=True)
-
-
-# -- node configs -----------------------------------------------------------------------
-
-
-class StartConfig(_Model):
-    pass
-
-
-class EndConfig(_Model):
-    """``outputs``: name -> template; the resolved mapping is the workflow's output."""
-
-    outputs: dict[str, Any] = Field(default_factory=dict)
-
-
-class PythonConfig(_Model):
-    """Call the function registered as ``function`` with the resolved ``args``."""
-
-    function: str = Field(min_length=1)
-    args: dict[str, Any] = Field(default_factory=dict)
-    timeout: float | None = Field(default=None, gt=0)
-
-
-class DataQueryConfig(_Model):
-    """Run the query registered as ``query`` with the resolved ``args``."""
-
-    query: str = Field(min_length=1)
-    args: dict[str, Any] = Field(default_factory=dict)
-    timeout: float | None = Field(default=None, gt=0)
-
-
-class Branch(_Model):
-    """``when``: an expression over ``ctx`` (see :mod:`.expressions`), parsed and checked
-    here, once, when the definition is loaded; runners evaluate the parsed form."""
-
-    handle: str = Field(min_length=1)
-    when: str = Field(min_length=1)
-    _parsed: ast.expr | None = PrivateAttr(default=None)
-
-    @field_validator("when")
-    @classmethod
-    def _check_when(cls, value: str) -> str:
-        compile_expression(value)  # an ExpressionProblem (a ValueError) names the problem
-        return value
-
-    def model_post_init(self, context: Any, /) -> None:
-        self._parsed = compile_expression(self.when)
-
-    @property
-    def parsed(self) -> ast.expr:
-        """The parsed ``when``."""
-        if self._parsed is None:  # pragma: no cover - set by model_post_init
-            self._parsed = compile_expression(self.when)
-        return self._parsed
-
-
-class ConditionConfig(_Model):
-    """Branches in order; the first whose ``when`` is truthy names the handle, else ``else``."""
-
-    branches: list[Branch] = Field(min_length=1)
-
-
-class DelayConfig(_Model):
-    """Complete ``seconds`` (a number or a template) after the node is reached: a durable
-    timer (the node's task is due then), so nothing downstream of it runs before."""
-
-    seconds: float | str
-
-
-class LoopConfig(_Model):
-    """Iterate ``items`` (a template resolving to a list): ``loop`` per item, then ``done``."""
-
-    items: Any
-
-
-class SubWorkflowConfig(_Model):
-    """Run the state-machine workflow registered as ``workflow`` (its type name, e.g.
-    ``shop.order.v1``) with ``input`` (templates) as a child instance and wait for its
-    end: its progress is the node's output."""
-
-    workflow: str = Field(min_length=1)
-    input: dict[str, Any] = Field(default_factory=dict)
-
-
-NODE_CONFIGS: dict[str, type[_Model]] = {
-    "start": StartConfig,
-    "end": EndConfig,
-    "python": PythonConfig,
-    "data_query": DataQueryConfig,
-    "condition": ConditionConfig,
-    "delay": DelayConfig,
-    "loop": LoopConfig,
-    "sub_workflow": SubWorkflowConfig,
-}
-
-
-def produced_handles(node: Node, config: BaseModel) -> set[str | None]:
-    """The handles ``node`` can finish with (None is the default output)."""
-    if node.type == "end":
-        return set()
-    out: set[str | None]
-    if node.type == "condition":
-        if not isinstance(config, ConditionConfig):
-            raise TypeError(f"{node.id}: expected ConditionConfig, got {config!r}")
-        out = {b.handle for b in config.branches}
-        out.add(ELSE_HANDLE)
-    elif node.type == "loop":
-        out = {LOOP_HANDLE, DONE_HANDLE}
-    else:
-        out = {None}
-    if node.error_handling == "continue" and node.type != "start":
-        out.add(ERROR_HANDLE)
-    return out
-
+from .definition import DEFAULT_DAG_TYPE as DEFAULT_DAG_TYPE
+from .definition import DONE_HANDLE as DONE_HANDLE
+from .definition import ELSE_HANDLE as ELSE_HANDLE
+from .definition import ERROR_HANDLE as ERROR_HANDLE
+from .definition import LOOP_HANDLE as LOOP_HANDLE
+from .definition import NODE_CONFIGS as NODE_CONFIGS
+from .definition import Branch as Branch
+from .definition import ConditionConfig as ConditionConfig
+from .definition import DagDefinition as DagDefinition
+from .definition import DataQueryConfig as DataQueryConfig
+from .definition import DelayConfig as DelayConfig
+from .definition import Edge as Edge
+from .definition import EndConfig as EndConfig
+from .definition import ErrorHandling as ErrorHandling
+from .definition import JoinMode as JoinMode
+from .definition import LoopConfig as LoopConfig
+from .definition import Node as Node
+from .definition import NodeRetry as NodeRetry
+from .definition import Position as Position
+from .definition import PythonConfig as PythonConfig
+from .definition import StartConfig as StartConfig
+from .definition import SubWorkflowConfig as SubWorkflowConfig
+from .definition import _config_problems as _config_problems
+from .definition import _Model as _Model
+from .definition import produced_handles as produced_handles
+from .loading import _json_size as _json_size
+from .loading import _where as _where
+from .loading import check_size as check_size
+from .loading import parse as parse
 
 # -- the derived graph ------------------------------------------------------------------
 
@@ -290,6 +100,8 @@ class Graph:
         return self.configs[node]
 
 
+# check() and its helpers look _key up in this module on each call, so they live here
+# with it: tests count the calls by patching statemachine_wf.dag.models._key.
 def _key(edge: Edge) -> tuple[str, str, str | None]:
     return (edge.source, edge.target, edge.source_handle)
 
@@ -417,20 +229,6 @@ def check(definition: DagDefinition) -> Graph:
     )
 
 
-def _config_problems(node: Node, config: BaseModel) -> list[str]:
-    problems = []
-    if isinstance(config, ConditionConfig):
-        handles = [b.handle for b in config.branches]
-        if len(set(handles)) != len(handles):
-            problems.append(f"node {node.id!r}: duplicate branch handles {handles}")
-        for b in config.branches:
-            if b.handle in (ELSE_HANDLE, ERROR_HANDLE):
-                problems.append(f"node {node.id!r}: branch handle {b.handle!r} is reserved")
-    if node.type in ("start", "end") and node.error_handling == "continue":
-        problems.append(f"node {node.id!r}: a {node.type} node has no error handle to continue on")
-    return problems
-
-
 def _exclusive_joins(
     nodes: Mapping[str, Node],
     incoming: Mapping[str, list[Edge]],
@@ -541,68 +339,11 @@ def load(data: str | bytes | Mapping[str, Any] | DagDefinition) -> DagDefinition
     Raises:
         DefinitionError: every structural and graph problem found.
     """
-    if isinstance(data, DagDefinition):
-        check_size(data)
-        check(data)
-        return data
-    if isinstance(data, str | bytes):
-        # Measured before parsing: a huge text is refused without building it.
-        size = len(data.encode() if isinstance(data, str) else data)
-        check_dag_size("DAG", size, None)
-    try:
-        raw = json.loads(data) if isinstance(data, str | bytes) else dict(data)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise DefinitionError("DAG", [f"not JSON: {exc}"]) from None
-    name = str(raw.get("name", "DAG"))[:200] if isinstance(raw, dict) else "DAG"
-    if isinstance(raw, dict):
-        nodes = raw.get("nodes")
-        check_dag_size(
-            name,
-            None if isinstance(data, str | bytes) else _json_size(raw),
-            len(nodes) if isinstance(nodes, list) else None,
-        )
-    try:
-        definition = DagDefinition.model_validate(raw)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            where = _where(raw, err["loc"])
-            problems.append(f"{where}: {err['msg']}")
-        raise DefinitionError(f"DAG {name!r}", problems) from None
+    # Sizes and fields first (parse), so the graph checks never walk an oversized or
+    # malformed definition; a DagDefinition given as is is only measured.
+    definition = parse(data)
     check(definition)
     return definition
-
-
-def _json_size(raw: Any) -> int:
-    try:
-        return len(json.dumps(raw, separators=(",", ":"), default=str).encode())
-    except (ValueError, RecursionError) as exc:
-        raise DefinitionError("DAG", [f"not JSON-serialisable: {exc}"]) from None
-
-
-def check_size(definition: DagDefinition) -> None:
-    """Refuse a definition over ``SWF_MAX_DAG_BYTES`` (its JSON) or ``SWF_MAX_DAG_NODES``.
-
-    Raises:
-        DefinitionError: naming the limit, the value and the setting.
-    """
-    check_dag_size(definition.name, _json_size(definition.dump()), len(definition.nodes))
-
-
-def _where(raw: Any, loc: tuple[int | str, ...]) -> str:
-    """A pydantic error location, with node indexes shown as node ids where known."""
-    parts = []
-    cur = raw
-    for p in loc:
-        if isinstance(p, int) and isinstance(cur, list) and p < len(cur):
-            item = cur[p]
-            ident = item.get("id") if isinstance(item, dict) else None
-            parts.append(f"[{ident!r}]" if ident is not None else f"[{p}]")
-            cur = item
-        else:
-            parts.append(f".{p}" if parts else str(p))
-            cur = cur.get(p) if isinstance(cur, dict) else None
-    return "".join(parts) or "definition"
 
 
 class DagBuilder:
