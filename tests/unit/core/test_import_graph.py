@@ -31,6 +31,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "retry",
         "workflow",
         "checks",
+        "dag.definition",
+        "dag.loading",
         "dag.models",
         "dag.expressions",
         "dag.templates",
@@ -47,7 +49,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "client": ("client", "dag.client", "inbox", "live"),
 }
 STORES = "stores"  # beside the stack: may use definition, core and port only
-SURFACE = ("", "dag", "cli", "testing")  # the facades, the CLI, the testing helpers
+SURFACE = ("", "dag")  # the facades: the package and the DAG package re-export
+SURFACE_PACKAGES = ("cli", "testing")  # the CLI and the testing helpers use everything
 OUTSIDE = ("adapters", "reconcilers")  # installed under the package, checked elsewhere
 
 CORE_MAY_NOT_IMPORT = {"time", "random", "os", "socket", "threading", "uuid", "datetime", "asyncio"}
@@ -64,7 +67,7 @@ def _layer(module: str) -> str:
             return layer
     if name == STORES or name.startswith(STORES + "."):
         return STORES
-    if name in SURFACE or any(name.startswith(s + ".") for s in SURFACE if s):
+    if name in SURFACE or name.split(".")[0] in SURFACE_PACKAGES:
         return "surface"
     if name.split(".")[0] in OUTSIDE:
         return "outside"
