@@ -41,14 +41,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..errors import Fail, InputError, LeaseLost, StepFailure
-from ..events import Ev, EventRecord, NewEvent, Status
+from ..events import Ev, NewEvent, Status
 from ..limits import check_payload
 from ..operations import cancel_unless_ended, until_committed
 from ..store import Claim, DagCommit, DagSnapshot, Store
@@ -63,7 +62,7 @@ from .handlers import (
     Registry,
     handler_for,
 )
-from .interpret import Completion, DagDecision, LogView, TaskRetry
+from .interpret import Completion, DagDecision, LogView, NodeOutcome, TaskRetry
 from .models import Graph
 from .templates import TemplateError
 
@@ -239,38 +238,19 @@ class DagExecutor:
         node then costs its claim, one read and this commit) unless this runner has
         committed to the instance since (``seen``: its commit count at that read).
         """
-        payload: dict[str, Any] = {
-            "output": result.output,
-            "handle": result.handle,
-            "var": graph.nodes[node].variable,
-            "try": attempt,
-        }
-        if result.delay:
-            payload["delay"] = result.delay
-        if error:
-            payload["error"] = True
-        event = NewEvent(Ev.NODE_COMPLETED, node, run, payload)
+        outcome = NodeOutcome(result.output, result.handle, result.delay, error)
 
         def decide(s: DagSnapshot, view: LogView) -> DagDecision | None:
-            if s.instance.status.terminal or node not in s.open_slots:
-                return None  # over, or this run was scheduled by someone else
-            if view.completion(node, run) is not None:
-                return None  # a duplicate delivery recorded it first: its runner schedules
-            record = EventRecord(
-                view.last_seq + 1, instance_id, str(Ev.NODE_COMPLETED), node, run,
-                payload, None, self.worker, 0.0,
-            )  # fmt: skip
-            decision = interpret.completed(
+            return interpret.node_finished(
                 graph,
-                view.with_completion(record),
+                view,
                 node,
                 run,
+                outcome,
+                attempt=attempt,
                 status=s.instance.status,
                 open_slots=s.open_slots,
             )
-            if decision is None:  # not terminal, and the node's task is open
-                raise RuntimeError(f"DAG instance {instance_id}: {node} completed, no decision")
-            return replace(decision, events=(event, *decision.events))
 
         if not self._commit_loop(instance_id, decide, snap, seen):
             log.info("instance %s: %s run %d result already recorded", instance_id, node, run)

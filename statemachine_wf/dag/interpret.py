@@ -134,27 +134,30 @@ class LogView:
             if e.seq <= self.last_seq:
                 continue
             self.last_seq = e.seq
-            self._add(e)
+            self._add(e, e.seq)
 
-    def with_completion(self, e: EventRecord) -> LogView:
-        """A copy with the ``NODE_COMPLETED`` ``e`` folded in; this view is unchanged.
+    def with_completion(self, event: NewEvent) -> LogView:
+        """A copy with the ``NODE_COMPLETED`` ``event`` folded in; this view is unchanged.
 
-        For a decision committed together with ``e`` (the executor records a node's
-        result and schedules its successors in one commit). Only what a completion
-        touches is copied.
+        For a decision committed together with ``event`` (a node's result and what
+        follows it are one commit), so the event is folded at the seq the commit will
+        give it. Only what a completion touches is copied.
         """
-        if e.event_type != Ev.NODE_COMPLETED or e.node is None:
-            raise ValueError(f"with_completion takes a NODE_COMPLETED of a node, not {e!r}")
+        if event.event_type != Ev.NODE_COMPLETED or event.node is None:
+            raise ValueError(f"with_completion takes a NODE_COMPLETED of a node, not {event!r}")
         copy = replace(
             self,
-            completions={**self.completions, e.node: list(self.completions.get(e.node, ()))},
+            completions={
+                **self.completions,
+                event.node: list(self.completions.get(event.node, ())),
+            },
             variables=list(self.variables),
         )
-        copy.last_seq = max(self.last_seq, e.seq)
-        copy._add(e)
+        copy.last_seq = self.last_seq + 1
+        copy._add(event, copy.last_seq)
         return copy
 
-    def _add(self, e: EventRecord) -> None:
+    def _add(self, e: EventRecord | NewEvent, seq: int) -> None:
         node = e.node
         if node is None:
             return
@@ -162,7 +165,7 @@ class LogView:
             p = e.payload
             self.completions.setdefault(node, []).append(
                 Completion(
-                    e.seq,
+                    seq,
                     e.attempt or 0,
                     p.get("handle"),
                     p.get("output"),
@@ -173,7 +176,7 @@ class LogView:
             self.variables.append((str(p.get("var") or node), p.get("output")))
         elif e.event_type == Ev.NODE_DISPATCHED:
             self.dispatches.setdefault(node, []).append(
-                Dispatched(e.seq, e.attempt or 0, str(e.payload.get("via", "entry")))
+                Dispatched(seq, e.attempt or 0, str(e.payload.get("via", "entry")))
             )
         elif e.event_type == Ev.NODE_WAITING and "until" in e.payload:
             p = e.payload
@@ -276,6 +279,62 @@ def start_events(graph: Graph, created: Mapping[str, Any]) -> list[NewEvent]:
         NewEvent(Ev.CREATED, payload=dict(created)),
         NewEvent(Ev.NODE_DISPATCHED, graph.start, 1, {"via": "entry"}),
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOutcome:
+    """What one run of a node produced, as its ``NODE_COMPLETED`` records it."""
+
+    output: Any
+    handle: str | None = None
+    delay: float = 0.0
+    """A delay node's wait: its successors' tasks are due that much later."""
+    error: bool = False
+    """The run ended on its ``error`` handle (a failure routed on, not raised)."""
+
+
+def node_finished(
+    graph: Graph,
+    view: LogView,
+    node: str,
+    run: int,
+    outcome: NodeOutcome,
+    *,
+    attempt: int,
+    status: Status,
+    open_slots: Sequence[str],
+) -> DagDecision | None:
+    """The one decision for a node run that finished: its result and what follows.
+
+    The ``NODE_COMPLETED`` (output, handle, the variable it sets, the try), then the
+    dispatches, join firings, completion or dead end it leads to (:func:`completed`),
+    in one commit: as :mod:`statemachine_wf.decide` is for a state-machine step.
+
+    None when there is nothing to write: the instance is over, another runner already
+    scheduled this run (its task is gone), or a duplicate delivery of the same run
+    recorded its result first (then that delivery's runner schedules what follows).
+    """
+    if status.terminal or node not in open_slots:
+        return None
+    if view.completion(node, run) is not None:
+        return None
+    payload: dict[str, Any] = {
+        "output": outcome.output,
+        "handle": outcome.handle,
+        "var": graph.nodes[node].variable,
+        "try": attempt,
+    }
+    if outcome.delay:
+        payload["delay"] = outcome.delay
+    if outcome.error:
+        payload["error"] = True
+    event = NewEvent(Ev.NODE_COMPLETED, node, run, payload)
+    decision = completed(
+        graph, view.with_completion(event), node, run, status=status, open_slots=open_slots
+    )
+    if decision is None:  # cannot happen: not terminal, and the node's task is open
+        raise RuntimeError(f"{node} run {run} completed, and no decision followed")
+    return replace(decision, events=(event, *decision.events))
 
 
 def completed(

@@ -15,7 +15,7 @@ import pytest
 from statemachine_wf import ConcurrencyConflict, InvalidState, Status
 from statemachine_wf.dag import DagDefinition, interpret
 from statemachine_wf.dag.models import check
-from statemachine_wf.events import Ev, EventRecord, NewEvent
+from statemachine_wf.events import Ev, NewEvent
 from statemachine_wf.store import Claim, DagCommit, NewDagInstance, NewInstance, Store
 from tests.integration.dag.helpers import linear
 
@@ -54,22 +54,17 @@ def completion(store: Store, claim: Claim, output: Any) -> DagCommit:
     snap = store.dag_snapshot(instance_id)
     assert snap is not None
     view = interpret.LogView.of(snap.events)
-    run = view.run(node)
-    payload = {"output": output, "handle": None, "var": GRAPH.nodes[node].variable, "try": 1}
-    event = NewEvent(Ev.NODE_COMPLETED, node, run, payload)
-    record = EventRecord(
-        view.last_seq + 1, instance_id, str(Ev.NODE_COMPLETED), node, run, payload, None, "w", 0.0
-    )
-    decision = interpret.completed(
+    decision = interpret.node_finished(
         GRAPH,
-        view.with_completion(record),
+        view,
         node,
-        run,
+        view.run(node),
+        interpret.NodeOutcome(output),
+        attempt=1,
         status=snap.instance.status,
         open_slots=snap.open_slots,
     )
     assert decision is not None
-    decision = replace(decision, events=(event, *decision.events))
     return DagCommit(instance_id, snap.instance.version, decision, "w")
 
 
