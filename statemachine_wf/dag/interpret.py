@@ -257,14 +257,24 @@ def ready(graph: Graph, view: LogView, node: str) -> str | None:
     entry = [e for e in graph.incoming[node] if not graph.is_back(e)]
     dispatched = view.dispatches.get(node, [])
     if back and dispatched:
+        # A loop's next round: only once this node's last run is settled and every back
+        # edge fired *after* that run was dispatched (an older firing was that round's).
         last = dispatched[-1].seq
         if view.settled(node, dispatched[-1].run) and all(view.fired(e, last + 1) for e in back):
             return "back"
+    # Entered once per scope: once per instance outside loops, once per iteration of
+    # the innermost loop holding it. This is what makes a join fire once although every
+    # incoming branch's completion asks again (and two racing runners both ask: the
+    # second decides on a view that holds the first one's NODE_DISPATCHED, or loses the
+    # CAS and re-reads until it does).
     start = view.scope_start(graph.scope[node])
     if any(d.via == "entry" and d.seq > start for d in dispatched):
         return None
     if not entry:
         return None
+    # The barrier: an edge counts only if its source completed with the edge's handle
+    # within the iteration both ends share (_since), so last round's results never open
+    # this round's join.
     fired = [view.fired(e, _since(graph, view, e)) for e in entry]
     ok = all(fired) if graph.nodes[node].join == "all" else any(fired)
     return "entry" if ok else None
