@@ -28,10 +28,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import NotFound
+from .errors import InvalidState, NotFound
 from .events import Ev, EventRecord, Status
 from .fold import Projection
 from .fold import apply as fold_apply
+from .operations import engine_of
 from .store import Store
 
 DEFAULT_RESYNC = 5.0
@@ -79,7 +80,10 @@ class Update:
 def status_after(status: Status, event: EventRecord, *, kind: str) -> Status:
     """The instance status once ``event`` is applied (the fold's, plus the DAG's own)."""
     if event.event_type == Ev.CREATED:
-        return Status.RUNNING if kind == "dag" else Status.PENDING
+        try:
+            return engine_of(kind).created
+        except InvalidState:
+            return Status.PENDING  # a row of a kind nobody knows (SQL): shown, never run
     if event.event_type == Ev.FAILED:
         return Status.FAILED
     return fold_apply(Projection(status=status), event).status

@@ -119,6 +119,11 @@ class Engine:
     """The projection of a log (the fold; a DAG adds its node bookkeeping)."""
     cancel: Callable[[Store, str], InstanceRecord]
     """Cancel one instance (which must exist and be of this kind)."""
+    created: Status
+    """The status its ``WORKFLOW_CREATED`` gives it: a DAG runs from its start node on."""
+    resumes_on_start: bool
+    """Does a runner's start-up pass look at it? A state machine's step may be in doubt;
+    a DAG's open node tasks are simply due work (an expired lease is a due task)."""
 
 
 def engine(record: InstanceRecord) -> Engine:
@@ -127,6 +132,14 @@ def engine(record: InstanceRecord) -> Engine:
         return _ENGINES[record.kind]
     except KeyError:
         raise InvalidState(f"instance {record.id} has an unknown kind {record.kind!r}") from None
+
+
+def engine_of(kind: str) -> Engine:
+    """The engine of ``kind`` (``"machine"`` or ``"dag"``)."""
+    try:
+        return _ENGINES[kind]
+    except KeyError:
+        raise InvalidState(f"unknown kind of workflow instance {kind!r}") from None
 
 
 def project(store: Store, record: InstanceRecord) -> Projection:
@@ -262,6 +275,6 @@ def _cancel_dag(store: Store, instance_id: str) -> InstanceRecord:
 
 
 _ENGINES: dict[str, Engine] = {
-    "machine": Engine(project=fold, cancel=_cancel_machine),
-    "dag": Engine(project=interpret.project, cancel=_cancel_dag),
+    "machine": Engine(fold, _cancel_machine, created=Status.PENDING, resumes_on_start=True),
+    "dag": Engine(interpret.project, _cancel_dag, created=Status.RUNNING, resumes_on_start=False),
 }

@@ -36,6 +36,7 @@ def test_all_is_sorted_and_complete() -> None:
         "reconcilers",
         "redact",
         "checks",
+        "options",
         "operations",
     }
     assert public - modules == set(exported)

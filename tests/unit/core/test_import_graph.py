@@ -31,6 +31,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "retry",
         "workflow",
         "checks",
+        "options",
         "dag.definition",
         "dag.loading",
         "dag.models",
