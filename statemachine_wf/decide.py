@@ -144,6 +144,9 @@ def _decide(
 ) -> Decision:
     if dead_letter is not None:
         events = [*events, NewEvent(Ev.DEAD_LETTERED, payload={"reason": dead_letter})]
+    # The row the store writes is these events folded onto the state decided on, by the
+    # same `apply` that replays the log: the projection equals the fold of the log by
+    # construction, and `verify` can only find a difference if a store broke the CAS.
     return Decision(tuple(events), apply_all(state, events), task, dead_letter=dead_letter)
 
 
@@ -169,13 +172,19 @@ def _moved_on(
     and the runner keeps its lease; without it (the runner is stopping) the step is
     handed back, due at once, with no intent written.
     """
+    # Decide on the state *after* this commit's own events: a cancel request folded in by
+    # them (or already pending) must win over starting the next step.
     after = apply_all(state, events)
     if target == COMPLETED:
         return _decide(state, [*events, NewEvent(Ev.COMPLETED)], Finish())
     if after.cancel_requested:
         return _decide(state, [*events, NewEvent(Ev.CANCELLED)], Finish())
     if not hold:
+        # No intent without a runner to act on it: STEP_STARTED written now would put
+        # the next step in doubt for whoever claims it, though nothing ran.
         return _decide(state, events, Reschedule(target, 0.0, 0))
+    # The next step's intent in the same commit as this step's outcome: the runner keeps
+    # its lease and runs on without a claim, and a crash in between leaves it in doubt.
     attempt = after.next_attempt(target)
     return _decide(
         state,
@@ -201,6 +210,8 @@ def success(
     """The action of ``step`` returned ``result`` having staged ``staged`` progress."""
     targets = spec.step(step).targets
     target = result
+    # A step with one declared target may return None; anything else must name a
+    # declared target, or the step fails (not retried: the code, not the world, is wrong).
     if target is None and len(targets) == 1:
         target = next(iter(targets))
     if not isinstance(target, str) or target not in targets:
@@ -222,6 +233,8 @@ def success(
             return failure(
                 spec, state, step, attempt, Fail, Fail(str(exc), code="progress_conflict"), 0
             )
+        # The log keeps only what this step changed, merged and validated: the fold adds
+        # deltas, so a replay never depends on what the model looked like back then.
         delta = {k: merged[k] for k in staged}
     completed = NewEvent(Ev.STEP_COMPLETED, step, attempt, {"progress": delta, "to": target})
     return _moved_on(state, [completed], target, hold=hold)
@@ -263,6 +276,8 @@ def failure(
     (``"in_doubt": true``) and the task keeps its in-flight flag (``Reschedule.in_doubt``),
     so every later attempt, and a resume or retry by hand, asks the hook first.
     """
+    # Waiting is not a failure: a lock held by another instance or a snooze. The attempt
+    # is logged as waiting and the step tried again later, with the failure count kept.
     if isinstance(exc, Waiting):
         payload: dict[str, Any] = (
             {"lock": exc.key, "holder": exc.holder}
@@ -284,6 +299,8 @@ def failure(
     dead_letter = None
     if cls is Retry:
         failures += 1
+        # Exhausted retries end as the policy says (stall or fail) and leave a dead
+        # letter in the same commit, so an operator sees it without reading the log.
         if policy.exhausted(failures):
             outcome = policy.on_exhausted
             info["message"] = f"retries exhausted after {failures} failures: {info['message']}"
@@ -299,6 +316,8 @@ def failure(
         delay = policy.delay(failures)
         task: TaskOp = Reschedule(step, delay, failures, in_doubt=in_doubt)
     elif outcome == "stall":
+        # A stall rechecks on its own schedule and starts counting failures afresh: it
+        # waits for the world to change, which is not this step failing again.
         retry_in = getattr(exc, "retry_in", None)
         delay = float(retry_in) if retry_in is not None else policy.stall_retry_after
         task = Reschedule(step, delay, 0, in_doubt=in_doubt)
@@ -346,6 +365,8 @@ def reconciled(
 
     ``failures`` is the step's consecutive-failure count, kept when the step runs again.
     """
+    # The hook's verdict is data from user code: a goto to a step that does not exist
+    # fails the instance with the reason instead of writing a transition nobody can run.
     if rec.decision == "goto" and rec.to not in spec.steps:
         return failure(
             spec,
@@ -389,6 +410,9 @@ def saved(state: Projection, step: str, attempt: int, delta: Mapping[str, Any]) 
 def cancel(state: Projection, *, leased: bool) -> Decision:
     """Cancel now, or (while a runner holds the task) ask it to stop at the next boundary."""
     if leased:
+        # A runner holds it and may be mid-action: only it knows where the step stands,
+        # so ask; it stops at the next boundary (the request bumps the version, so its
+        # commit loses the CAS and re-decides with the request folded in).
         return _decide(state, [NewEvent(Ev.CANCEL_REQUESTED)], KeepTask())
     return _decide(state, [NewEvent(Ev.CANCELLED)], Finish())
 

@@ -219,10 +219,16 @@ class MachineDriver:
             pass
 
     def begin(self, d: Drive, claim: Claim, input_model: BaseModel, *, startup: bool) -> bool:
-        """Decide what a claim that did not start a step means; True to go on driving."""
+        """Decide what a claim that did not start a step means; True to go on driving.
+
+        The order is the claim's rules, most final first: an ended instance only loses
+        its task, a pending cancel wins over running anything, then the sentinel step of
+        an SQL start, a wake-up of a parked wait, and last a step to (re)start.
+        """
         state = d.state
         spec = d.spec
         if state.status.terminal:
+            # An ended instance that still has a task: remove the task, run nothing.
             self.commit(d, lambda s: Decision((), s, decide.Finish()))
             return False
         if state.cancel_requested:
@@ -236,6 +242,10 @@ class MachineDriver:
         if state.waiting is not None:  # woken by a signal or its timer (or spuriously)
             self._deliver(d, claim.signals)
             return self._holding(d)
+        # In flight at the claim means the last attempt's outcome never committed (its
+        # runner died or lost the lease mid-action): its effect may or may not have
+        # happened. Only the outside world can say which, so the hook is asked first.
+        # Without a hook the step runs again: the author declared it safe to repeat.
         in_doubt = claim.task.in_flight
         if spec.has_reconcile and (in_doubt or startup):
             reason = "in_doubt" if in_doubt else "startup"

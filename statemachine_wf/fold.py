@@ -81,6 +81,9 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
     if et == Ev.CREATED:
         return Projection(step=payload.get("initial"))
     if et == Ev.STEP_STARTED:
+        # The intent, written before the action runs: from here until the attempt's
+        # outcome is logged the step is in flight, and a claim that finds it so (a crash)
+        # must ask the reconcile hook before running it again.
         return replace(
             state,
             status=Status.RUNNING,
@@ -94,6 +97,8 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
     if et == Ev.STEP_COMPLETED:
         progress = {**state.progress, **payload.get("progress", {})}
         target = payload.get("to")
+        # Waits belong to one visit of a step: leaving it forgets them, so a later visit
+        # (a loop back) waits afresh and a stale signal's token matches nothing.
         if target == COMPLETED:
             return replace(
                 state, in_flight=False, progress=progress, error=None, waits={}, waiting=None
@@ -110,6 +115,7 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
         )
     if et in (Ev.STEP_FAILED, Ev.RECONCILE_FAILED):
         outcome = payload.get("outcome")
+        # A "retry" outcome keeps the status (RUNNING): the task is simply due later.
         status = {"stall": Status.STALLED, "fail": Status.FAILED}.get(str(outcome), state.status)
         return replace(state, status=status, in_flight=False, error=event.error)
     if et == Ev.STEP_WAITING:
@@ -124,6 +130,8 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
         )
     if et == Ev.WAIT_TOKEN:
         key = str(payload.get("wait"))
+        # First token wins: once handed out, a wait's token never changes within the
+        # step's visit (a re-run after a crash finds it and hands out the same one).
         if key in state.waits:
             return state
         return replace(state, waits={**state.waits, key: {"token": payload.get("token")}})
@@ -154,7 +162,10 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
                 state, in_flight=False, progress=progress, error=None, waits={}, waiting=None
             )
         if decision == "rerun":
+            # A finding: the attempt's effect is absent, so it is no longer in doubt.
             return replace(state, in_flight=False, progress=progress)
+        # "unchanged": nothing to correct. Either way the same commit starts the step
+        # again (decide.reconciled), and its STEP_STARTED sets what follows.
         return replace(state, progress=progress)
     if et == Ev.COMPLETED:
         return replace(state, status=Status.COMPLETED, in_flight=False)
@@ -163,6 +174,8 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
     if et == Ev.CANCELLED:
         return replace(state, status=Status.CANCELLED, in_flight=False, waiting=None)
     if et == Ev.QUARANTINED:
+        # Set aside by a runner (a row it cannot run). The task keeps its own in-flight
+        # flag, so a step that was in doubt is still asked about after a resume.
         return replace(state, status=Status.STALLED, in_flight=False, error=event.error)
     if et == Ev.RESUMED:
         return replace(state, status=Status.RUNNING, error=None)
