@@ -178,6 +178,23 @@ def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
     }
 
 
+def letter_record(row: Mapping[str, Any], *, decoded: bool) -> dict[str, Any]:
+    """A ``wf_dead_letters`` row as a dict: the envelope decoded; with a driver that
+    decodes JSON itself (``decoded``, PostgreSQL) uuids as strings and times as unix
+    seconds instead."""
+    out = dict(row)
+    if not decoded:
+        out["envelope"] = _json(row["envelope"])
+        return out
+    for key in ("instance_id", "redrive_instance_id"):
+        if out.get(key) is not None:
+            out[key] = str(out[key])
+    for key in ("created_at", "redriven_at"):
+        if isinstance(out.get(key), datetime):
+            out[key] = out[key].timestamp()
+    return out
+
+
 def _json(value: Any) -> Any:
     if not isinstance(value, str | bytes):
         return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 from functools import cache
 from importlib import resources
 
@@ -27,3 +28,24 @@ def migrations(dialect: str) -> list[tuple[int, str]]:
         if match:
             found.append((int(match.group(1)), entry.read_text()))
     return sorted(found)
+
+
+def split_statements(script: str) -> list[str]:
+    """The statements of a SQLite script (a migration, or a named query of several).
+
+    Split on complete statements, not on every ';': a trigger body holds several. Whole
+    comment lines are dropped.
+    """
+    statements: list[str] = []
+    buf = ""
+    for line in script.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        buf += line + "\n"
+        if sqlite3.complete_statement(buf):
+            if buf.strip().rstrip(";").strip():
+                statements.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        statements.append(buf.strip())
+    return statements

@@ -19,8 +19,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from datetime import datetime
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, assert_never
 
 from ..decide import Continue, Finish, KeepTask, Park, Reschedule
@@ -34,25 +33,19 @@ from ..errors import (
     SchemaTooNew,
     StoreError,
     StoreUnavailable,
-    TypeKindConflict,
 )
-from ..events import EventRecord, NewEvent, Status
-from ..fold import Projection
 from ..limits import checked_dumps, configured_max_payload_bytes
 from ..store import (
-    KIND_NAMES,
     Claim,
     Commit,
     DagCommit,
     DagSnapshot,
-    InstanceRecord,
     NewDagInstance,
     NewInstance,
     TaskRecord,
-    TypeKind,
-    like_prefix,
 )
-from ..waits import NewSignal, SignalRecord
+from ..waits import NewSignal
+from ._base import SqlStore
 from ._common import (
     Undecodable,
     Wakeup,
@@ -66,7 +59,6 @@ from ._common import (
     new_event_dicts,
     new_lease_token,
     projection_params,
-    signal_counts,
     signal_record,
     signal_write_params,
     task_record,
@@ -206,27 +198,11 @@ class _Health:
         return True
 
 
-def _encode(value: Any) -> Any:
-    return _jsonb(value)
-
-
 def _jsonb(value: Any) -> Jsonb:
     """A jsonb parameter, checked and encoded by the check both stores share
     (:func:`~statemachine_wf.limits.checked_dumps`): DataRejected for what no store keeps."""
     text = checked_dumps(value)
     return Jsonb(value, dumps=lambda _: text)
-
-
-def _letter(row: dict[str, Any]) -> dict[str, Any]:
-    """A dead letter row with uuids as strings and times as unix seconds."""
-    out = dict(row)
-    for key in ("instance_id", "redrive_instance_id"):
-        if out.get(key) is not None:
-            out[key] = str(out[key])
-    for key in ("created_at", "redriven_at"):
-        if isinstance(out.get(key), datetime):
-            out[key] = out[key].timestamp()
-    return out
 
 
 def _sizes(message: str) -> tuple[int, int]:
@@ -235,10 +211,11 @@ def _sizes(message: str) -> tuple[int, int]:
     return (int(found.group(1)), int(found.group(2))) if found else (-1, -1)
 
 
-class PostgresStore:
+class PostgresStore(SqlStore):
     """A :class:`~statemachine_wf.store.Store` on PostgreSQL."""
 
     dialect = "postgres"
+    json_decoded = True  # jsonb comes back decoded (by _common.loads, see _configured)
 
     def __init__(
         self,
@@ -406,6 +383,44 @@ class PostgresStore:
         if self._health.ok(born):
             self._back_at = self._losses
 
+    # -- the primitives of SqlStore ------------------------------------------------------
+    def _reading(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return self._conn()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._conn() as conn, conn.transaction():
+            yield conn
+
+    def _statement(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return self._conn()  # autocommit: one statement is one commit
+
+    def _run(
+        self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]
+    ) -> psycopg.Cursor[Any]:
+        return conn.execute(Q[name], params)
+
+    def _encode(self, value: Any) -> Jsonb:
+        return _jsonb(value)
+
+    def _array(self, values: Sequence[Any]) -> list[Any]:
+        return list(values)
+
+    def _params(self, **params: Any) -> dict[str, Any]:
+        # The NOTIFY channel of the statements that make work due; `now` is unused (now()).
+        return {"now": time.time(), "channel": self.channel, **params}
+
+    def _may_exist(self, instance_id: str) -> bool:
+        try:
+            uuid.UUID(instance_id)
+        except (ValueError, TypeError, AttributeError):
+            return False
+        return True
+
+    def _kind_conflict(self, exc: Exception) -> bool:
+        # The trigger of migration 011 raises SQLSTATE SWF04.
+        return isinstance(exc, psycopg.Error) and exc.sqlstate == "SWF04"
+
     def _one(self, query: str, params: dict[str, Any]) -> dict[str, Any] | None:
         with self._conn() as conn:
             row: dict[str, Any] | None = conn.execute(query, params).fetchone()
@@ -514,23 +529,7 @@ class PostgresStore:
             out.append(self.create(new))
         return out
 
-    # -- reads ------------------------------------------------------------------------
-    def get(self, instance_id: str) -> InstanceRecord | None:
-        try:
-            uuid.UUID(instance_id)
-        except (ValueError, TypeError, AttributeError):
-            return None  # not an id at all: no such instance (rather than a driver error)
-        row = self._one(Q["get_instance"], {"id": instance_id})
-        return None if row is None else instance_record(row)
-
-    def task(self, instance_id: str, slot: str = "") -> TaskRecord | None:
-        row = self._one(Q["get_task"], {"id": instance_id, "slot": slot})
-        return None if row is None else task_record(row)
-
-    def events(self, instance_id: str, *, after_seq: int = 0) -> list[EventRecord]:
-        rows = self._all(Q["events"], {"id": instance_id, "after": after_seq})
-        return [event_record(r) for r in rows]
-
+    # -- live updates -----------------------------------------------------------------
     def live_hub(self) -> LiveHub:
         with self._listener_lock:
             if self._live is None:
@@ -557,61 +556,6 @@ class PostgresStore:
     def _live_sweep(self) -> None:
         with self._conn() as conn:
             conn.execute(Q["live_sweep"])
-
-    _INSTANCE_FILTER = (
-        " WHERE (%(any_status)s OR status = ANY(%(status)s))"
-        "   AND (%(pattern)s::text IS NULL OR type LIKE %(pattern)s)"
-        "   AND (%(deleted)s OR deleted_at IS NULL)"
-    )
-
-    @staticmethod
-    def _instance_params(
-        status: Sequence[Status] | None, type_prefix: str | None, include_deleted: bool
-    ) -> dict[str, Any]:
-        return {
-            "any_status": not status,
-            "status": [str(s) for s in status or ()],
-            "pattern": like_prefix(type_prefix) if type_prefix else None,
-            "deleted": include_deleted,
-        }
-
-    def list_instances(
-        self,
-        *,
-        status: Sequence[Status] | None = None,
-        type_prefix: str | None = None,
-        limit: int = 100,
-        include_deleted: bool = False,
-        offset: int = 0,
-    ) -> list[InstanceRecord]:
-        rows = self._all(
-            "SELECT * FROM wf_instances"
-            + self._INSTANCE_FILTER
-            + " ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s",
-            {
-                **self._instance_params(status, type_prefix, include_deleted),
-                "limit": limit,
-                "offset": offset,
-            },
-        )
-        return [instance_record(r) for r in rows]
-
-    def count_instances(
-        self,
-        *,
-        status: Sequence[Status] | None = None,
-        type_prefix: str | None = None,
-        include_deleted: bool = False,
-    ) -> int:
-        row = self._one(
-            "SELECT count(*) AS n FROM wf_instances" + self._INSTANCE_FILTER,
-            self._instance_params(status, type_prefix, include_deleted),
-        )
-        return 0 if row is None else int(row["n"])
-
-    def active(self, *, types: Sequence[str] | None = None) -> list[InstanceRecord]:
-        found = [instance_record(r) for r in self._all(Q["active"], {})]
-        return [i for i in found if types is None or i.type in types]
 
     # -- runners ----------------------------------------------------------------------
     def claim(
@@ -706,7 +650,7 @@ class PostgresStore:
 
     def apply(self, commit: Commit) -> int:
         decision = commit.decision
-        params = projection_params(decision.state, _encode)
+        params = projection_params(decision.state, _jsonb)
         params.update(
             id=commit.instance_id,
             version=commit.version,
@@ -715,7 +659,7 @@ class PostgresStore:
             channel=self.channel,
             lease=commit.lease,
         )
-        params.update(signal_write_params(decision, _encode))
+        params.update(signal_write_params(decision, _jsonb))
         middle = "\n" + Q["apply_signals"] if decision.signals else ""
         head = Q["apply_head"]
         if decision.dead_letter is not None:
@@ -754,35 +698,6 @@ class PostgresStore:
             )
         return int(row["version"])
 
-    def acquire_lock(self, key: str, instance_id: str) -> str:
-        row = self._one(Q["lock_acquire"], {"key": key, "id": instance_id})
-        if row is None:  # the upsert returns its row, always (see lock_acquire)
-            raise StoreError(f"postgres: lock {key!r}: the acquire returned no holder")
-        holder = str(row["holder"])
-        if holder == instance_id:
-            with self._conn() as conn:
-                conn.execute(Q["lock_unwait"], {"key": key, "id": instance_id})
-        return holder
-
-    def release_locks(self, instance_id: str, *, key: str | None = None) -> int:
-        row = self._one(Q["lock_release"], {"id": instance_id, "key": key, "channel": self.channel})
-        return 0 if row is None else int(row["released"])
-
-    def lock_holder(self, key: str) -> str | None:
-        row = self._one(Q["lock_holder"], {"key": key})
-        return None if row is None else str(row["holder"])
-
-    def wake_instances(self, instance_ids: Sequence[str]) -> None:
-        with self._conn() as conn:
-            conn.execute(Q["wake_instances"], {"ids": list(instance_ids), "channel": self.channel})
-
-    def wake_parent(self, child_id: str) -> None:
-        with self._conn() as conn:
-            conn.execute(Q["wake_parent"], {"id": child_id, "channel": self.channel})
-
-    def children(self, parent_id: str) -> list[InstanceRecord]:
-        return [instance_record(r) for r in self._all(Q["children"], {"id": parent_id})]
-
     def heartbeat(
         self,
         *,
@@ -816,20 +731,6 @@ class PostgresStore:
                 params = {"worker": worker, "ids": list(instance_ids), "token": token, "mine": mine}
                 conn.execute(Q["release"], params)
             conn.execute("SELECT pg_notify(%s, 'release')", (self.channel,))
-
-    def lease_incarnations(self, *, worker: str) -> list[str]:
-        return [str(r["inc"]) for r in self._all(Q["lease_incarnations"], {"worker": worker})]
-
-    def next_due(
-        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
-    ) -> float | None:
-        if dag_types is None:
-            row = self._one(Q["next_due"], {"types": list(types)})
-        else:
-            row = self._one(Q["next_due_kinds"], {"types": list(types), "dag": list(dag_types)})
-        if row is None or row["wait"] is None:
-            return None
-        return max(0.0, float(row["wait"]))
 
     def wait_for_work(self, timeout: float) -> bool:
         if self._listen and self._listener is None:
@@ -878,24 +779,7 @@ class PostgresStore:
                 self.wake()
                 self._closed.wait(self._pool.reconnect_timeout)
 
-    # -- dead letters, maintenance -----------------------------------------------------
-    def dead_letter(
-        self, *, instance_id: str | None, envelope: dict[str, Any], reason: str, worker: str
-    ) -> None:
-        with self._conn() as conn:
-            conn.execute(
-                Q["dead_letter"],
-                {
-                    "instance_id": instance_id,
-                    "envelope": _jsonb(envelope),
-                    "reason": reason,
-                    "worker": worker,
-                },
-            )
-
-    def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]:
-        return [_letter(r) for r in self._all(Q["dead_letters"], {"limit": limit})]
-
+    # -- dead letters ----------------------------------------------------------------
     def quarantine(self, instance_id: str, *, reason: str, worker: str) -> None:
         error = {"step": None, "code": "quarantined", "message": reason, "recoverable": True}
         with self._conn() as conn:
@@ -903,55 +787,6 @@ class PostgresStore:
                 Q["quarantine"],
                 {"id": instance_id, "error": _jsonb(error), "reason": reason, "worker": worker},
             )
-
-    # -- the inbox: type registry, redrive, retention ------------------------------------
-    def register_types(self, types: Sequence[str], *, by: str, kind: TypeKind = "machine") -> None:
-        query = "register_type" if kind == "machine" else "register_dag_type"
-        other: TypeKind = "dag" if kind == "machine" else "machine"
-        with self._conn() as conn, conn.transaction():
-            for type_name in sorted(types):  # one order everywhere: no deadlock
-                try:
-                    conn.execute(Q[query], {"type": type_name, "by": by})
-                except psycopg.Error as exc:
-                    # The trigger of migration 011 (serialised per name): the name is
-                    # registered as the other kind. The transaction writes nothing.
-                    if exc.sqlstate == "SWF04":
-                        raise TypeKindConflict(
-                            type_name, KIND_NAMES[other], KIND_NAMES[kind]
-                        ) from None
-                    raise
-
-    def registered_types(self, kind: TypeKind = "machine") -> list[str]:
-        query = "registered_types" if kind == "machine" else "registered_dag_types"
-        return [r["type"] for r in self._all(Q[query], {})]
-
-    def dead_letter_get(self, letter_id: int) -> dict[str, Any] | None:
-        row = self._one(Q["dead_letter_get"], {"id": letter_id})
-        return None if row is None else _letter(row)
-
-    def mark_redriven(self, letter_id: int, *, instance_id: str | None, by: str) -> bool:
-        with self._conn() as conn:
-            cur = conn.execute(
-                Q["mark_redriven"], {"id": letter_id, "instance_id": instance_id, "by": by}
-            )
-            return cur.rowcount == 1
-
-    def soft_delete(self, instance_id: str) -> bool:
-        return self._one(Q["soft_delete"], {"id": instance_id}) is not None
-
-    def purge_batch(self, *, older_than: float, batch_size: int, soft: bool = False) -> int:
-        query = Q["soft_purge_batch"] if soft else Q["purge_batch"]
-        return len(self._all(query, {"age": older_than, "batch": batch_size}))
-
-    def purge_dead_letters_batch(self, *, older_than: float, batch_size: int) -> int:
-        query = Q["purge_dead_letters_batch"]
-        return len(self._all(query, {"age": older_than, "batch": batch_size}))
-
-    def rebuild(self, instance_id: str, projection: Projection) -> None:
-        params = projection_params(projection, _encode)
-        params["id"] = instance_id
-        with self._conn() as conn:
-            conn.execute(Q["rebuild"], params)
 
     # -- signals and timers ---------------------------------------------------------------
     def signal(self, new: NewSignal) -> int:
@@ -981,17 +816,6 @@ class PostgresStore:
         if row is None:
             raise StoreError(f"postgres: signal {new.name!r}: the insert returned no id")
         return int(row["id"])
-
-    def pending_signals(self, instance_id: str) -> list[SignalRecord]:
-        rows = self._all(Q["signals_pending"], {"instance_id": instance_id})
-        return [signal_record(r, decoded=True) for r in rows]
-
-    def signals(self, *, instance_id: str | None = None, limit: int = 100) -> list[SignalRecord]:
-        rows = self._all(Q["signals_list"], {"instance_id": instance_id, "limit": limit})
-        return [signal_record(r, decoded=True) for r in rows]
-
-    def signal_counts(self, *, instance_id: str | None = None) -> dict[str, int]:
-        return signal_counts(self._all(Q["signal_counts"], {"instance_id": instance_id}))
 
     # -- DAG instances --------------------------------------------------------------------
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
@@ -1051,28 +875,11 @@ class PostgresStore:
             claims.append(Claim(task_record(r), instance_record(raw), started=True, more=r["more"]))
         return claims
 
-    def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
-        row = self._one(
-            Q["dag_record"],
-            {
-                "id": instance_id,
-                "node": event.node,
-                "event_type": str(event.event_type),
-                "attempt": event.attempt,
-                "payload": _jsonb(event.payload),
-                "error": None if event.error is None else _jsonb(event.error),
-                "worker": worker,
-            },
-        )
-        return row is not None
-
     def dag_snapshot(self, instance_id: str, *, after_seq: int = 0) -> DagSnapshot | None:
         # One statement reads the version, the events and the slots from one MVCC
         # snapshot: anything committed after it that matters bumps the version, so the
         # CAS of a decision made on this snapshot fails rather than misleads.
-        try:
-            uuid.UUID(instance_id)
-        except (ValueError, TypeError, AttributeError):
+        if not self._may_exist(instance_id):
             return None
         row = self._one(Q["dag_snapshot"], {"id": instance_id, "after": after_seq})
         if row is None:
@@ -1090,42 +897,6 @@ class PostgresStore:
         if row is None:  # the executor re-reads anyway: no round trip for the current version
             raise ConcurrencyConflict(commit.instance_id, commit.version)
         return int(row["version"])
-
-    def dag_save(self, name: str, definition: dict[str, Any]) -> int:
-        for _ in range(10):
-            try:
-                row = self._one(Q["dag_save"], {"name": name, "definition": _jsonb(definition)})
-            except ConcurrencyConflict:
-                continue  # a concurrent save took this version number
-            if row is None:
-                raise StoreError(f"postgres: DAG {name!r}: the save returned no version")
-            return int(row["version"])
-        raise ConcurrencyConflict(name, -1)
-
-    def dag_definition(
-        self, name: str, version: int | None = None
-    ) -> tuple[int, dict[str, Any]] | None:
-        row = self._one(Q["dag_definition"], {"name": name, "version": version})
-        return None if row is None else (int(row["version"]), dict(row["definition"]))
-
-    def dag_definitions(self) -> list[tuple[str, int]]:
-        return [(r["name"], int(r["version"])) for r in self._all(Q["dag_definitions"], {})]
-
-    def dag_delete(self, name: str, *, cascade: bool = False) -> int:
-        with self._conn() as conn, conn.transaction():
-            used = conn.execute(Q["dag_instances_of"], {"name": name}).fetchone()
-            if used is None:
-                raise StoreError(f"postgres: DAG {name!r}: the count returned no row")
-            if used["n"] and not cascade:
-                raise InvalidState(
-                    f"definition {name!r} is used by {used['n']} instance(s); "
-                    "delete with cascade=True to delete them too"
-                )
-            conn.execute(Q["dag_delete_instances_of"], {"name": name})
-            return conn.execute(Q["dag_delete_definition"], {"name": name}).rowcount
-
-    def dag_delete_test_run(self, instance_id: str) -> bool:
-        return self._one(Q["dag_delete_test_run"], {"id": instance_id}) is not None
 
     def drop_schema(self) -> None:
         """Drop this store's schema and everything in it (tests)."""

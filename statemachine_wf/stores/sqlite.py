@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, assert_never
 
 from .. import decide
@@ -29,33 +29,26 @@ from ..errors import (
     PayloadTooLarge,
     SchemaTooNew,
     StoreError,
-    TypeKindConflict,
 )
-from ..events import Ev, EventRecord, NewEvent, Status
-from ..fold import Projection
+from ..events import Ev
 from ..limits import DEFAULT_MAX_PAYLOAD_BYTES, configured_max_payload_bytes
 from ..store import (
-    KIND_NAMES,
     Claim,
     Commit,
     DagCommit,
     DagSnapshot,
-    InstanceRecord,
     NewDagInstance,
     NewInstance,
     TaskRecord,
-    TypeKind,
-    like_prefix,
 )
-from ..waits import NewSignal, SignalRecord
+from ..waits import NewSignal
+from ._base import SqlStore
 from ._common import (
     Wakeup,
-    _json,
     dag_apply_params,
     dag_wakes,
     dumps,
     event_dicts,
-    event_record,
     fast_start_allowed,
     incarnation_prefix,
     instance_record,
@@ -64,15 +57,15 @@ from ._common import (
     new_event_dicts,
     new_lease_token,
     projection_params,
-    signal_counts,
     signal_record,
     task_record,
     undecodable,
 )
 from ._live import LiveHub
-from ._sql import migrations, queries
+from ._sql import migrations, queries, split_statements
 
 Q = queries("sqlite")
+_SCRIPTS = {name: split_statements(text) for name, text in Q.items()}
 log = logging.getLogger("statemachine_wf.sqlite")
 
 
@@ -127,10 +120,26 @@ def _insert_dead_letter(
     )
 
 
-class SQLiteStore:
+class _Result:
+    """A statement's rows, fetched to the end (so the statement is finished before
+    COMMIT, a RETURNING one included) and its row count."""
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self.rows: list[sqlite3.Row] = cursor.fetchall()
+        self.rowcount = cursor.rowcount
+
+    def fetchone(self) -> sqlite3.Row | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[sqlite3.Row]:
+        return self.rows
+
+
+class SQLiteStore(SqlStore):
     """A :class:`~statemachine_wf.store.Store` on one SQLite file."""
 
     dialect = "sqlite"
+    json_decoded = False  # JSON columns are TEXT: decoded by the records
 
     def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout: float = 30.0):
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
@@ -222,6 +231,36 @@ class SQLiteStore:
             self._local.appended = appended = found
         return appended
 
+    # -- the primitives of SqlStore ------------------------------------------------------
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        with wrap_errors():
+            yield self._conn()
+
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._write()
+
+    def _run(self, conn: sqlite3.Connection, name: str, params: dict[str, Any]) -> _Result:
+        # A query may be a short script: its statements run in order (in the caller's
+        # transaction), and the last one's rows are the result.
+        *head, last = _SCRIPTS[name]
+        for statement in head:
+            conn.execute(statement, params)
+        return _Result(conn.execute(last, params))
+
+    def _encode(self, value: Any) -> str:
+        return dumps(value)
+
+    def _array(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))  # read back with json_each
+
+    def _made_due(self) -> None:
+        self.nudge()
+
+    def _kind_conflict(self, exc: Exception) -> bool:
+        # RAISE(ABORT) in the triggers of migration 011: an IntegrityError with their text.
+        return isinstance(exc, sqlite3.IntegrityError) and "type is registered as a" in str(exc)
+
     def live_hub(self) -> LiveHub:
         return self._live
 
@@ -254,7 +293,7 @@ class SQLiteStore:
             for number, script in migrations("sqlite"):
                 if number in done:
                     continue
-                for statement in _statements(script):
+                for statement in split_statements(script):
                     conn.execute(statement)
                 conn.execute(
                     "INSERT INTO wf_schema_migrations VALUES (?, ?)", (number, time.time())
@@ -339,61 +378,6 @@ class SQLiteStore:
                 "now": now,
             },
         )
-
-    # -- reads ------------------------------------------------------------------------
-    def get(self, instance_id: str) -> InstanceRecord | None:
-        with wrap_errors():
-            row = self._conn().execute(Q["get_instance"], {"id": instance_id}).fetchone()
-        return None if row is None else instance_record(row)
-
-    def task(self, instance_id: str, slot: str = "") -> TaskRecord | None:
-        with wrap_errors():
-            row = self._conn().execute(Q["get_task"], {"id": instance_id, "slot": slot}).fetchone()
-        return None if row is None else task_record(row, now=time.time())
-
-    def events(self, instance_id: str, *, after_seq: int = 0) -> list[EventRecord]:
-        with wrap_errors():
-            rows = (
-                self._conn()
-                .execute(Q["events"], {"id": instance_id, "after": after_seq})
-                .fetchall()
-            )
-        return [event_record(r) for r in rows]
-
-    def list_instances(
-        self,
-        *,
-        status: Sequence[Status] | None = None,
-        type_prefix: str | None = None,
-        limit: int = 100,
-        include_deleted: bool = False,
-        offset: int = 0,
-    ) -> list[InstanceRecord]:
-        where, params = _instance_filter(status, type_prefix, include_deleted)
-        sql = (
-            f"SELECT * FROM wf_instances{where} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
-        )
-        with wrap_errors():
-            rows = self._conn().execute(sql, [*params, limit, offset]).fetchall()
-        return [instance_record(r) for r in rows]
-
-    def count_instances(
-        self,
-        *,
-        status: Sequence[Status] | None = None,
-        type_prefix: str | None = None,
-        include_deleted: bool = False,
-    ) -> int:
-        where, params = _instance_filter(status, type_prefix, include_deleted)
-        with wrap_errors():
-            row = self._conn().execute(f"SELECT count(*) FROM wf_instances{where}", params)
-            return int(row.fetchone()[0])
-
-    def active(self, *, types: Sequence[str] | None = None) -> list[InstanceRecord]:
-        with wrap_errors():
-            rows = self._conn().execute(Q["active"]).fetchall()
-        found = [instance_record(r) for r in rows]
-        return [i for i in found if types is None or i.type in types]
 
     # -- runners ----------------------------------------------------------------------
     def claim(
@@ -664,55 +648,12 @@ class SQLiteStore:
             # already wrote this decision. Treat it like a lost CAS.
             raise ConcurrencyConflict(instance_id, -1) from exc
 
-    def acquire_lock(self, key: str, instance_id: str) -> str:
-        now = time.time()
-        params = {"key": key, "id": instance_id, "now": now}
-        with self._write() as conn:
-            conn.execute(Q["lock_insert"], params)
-            holder = str(conn.execute(Q["lock_holder"], params).fetchone()["holder"])
-            if holder == instance_id:
-                conn.execute(Q["lock_unwait"], params)
-            else:
-                conn.execute(Q["lock_wait"], params)
-        return holder
-
-    def release_locks(self, instance_id: str, *, key: str | None = None) -> int:
-        with self._write() as conn:
-            released = self._release_locks(conn, instance_id, key, time.time())
-        if released:
-            self.nudge()
-        return released
-
     def _release_locks(
         self, conn: sqlite3.Connection, instance_id: str, key: str | None, now: float
     ) -> int:
-        keys = [r["key"] for r in conn.execute(Q["lock_held"], {"id": instance_id, "key": key})]
-        for k in keys:
-            conn.execute(Q["lock_delete"], {"id": instance_id, "key": k})
-            conn.execute(Q["lock_wake"], {"key": k, "now": now})
-        return len(keys)
-
-    def lock_holder(self, key: str) -> str | None:
-        with wrap_errors():
-            row = self._conn().execute(Q["lock_holder"], {"key": key}).fetchone()
-        return None if row is None else str(row["holder"])
-
-    def wake_instances(self, instance_ids: Sequence[str]) -> None:
-        now = time.time()
-        with self._write() as conn:
-            for instance_id in instance_ids:
-                conn.execute(Q["wake_instance"], {"id": instance_id, "now": now})
-        self.nudge()
-
-    def wake_parent(self, child_id: str) -> None:
-        with self._write() as conn:
-            conn.execute(Q["wake_parent"], {"id": child_id, "now": time.time()})
-        self.nudge()
-
-    def children(self, parent_id: str) -> list[InstanceRecord]:
-        with wrap_errors():
-            rows = self._conn().execute(Q["children"], {"id": parent_id}).fetchall()
-        return [instance_record(r) for r in rows]
+        row = self._run(conn, "lock_release", {"id": instance_id, "key": key, "now": now})
+        released = row.fetchone()
+        return 0 if released is None else int(released["released"])
 
     def heartbeat(
         self,
@@ -788,33 +729,6 @@ class SQLiteStore:
                 conn.execute(Q["release"], params)
         self.nudge()
 
-    def lease_incarnations(self, *, worker: str) -> list[str]:
-        with wrap_errors():
-            rows = (
-                self._conn()
-                .execute(Q["lease_incarnations"], {"worker": worker, "now": time.time()})
-                .fetchall()
-            )
-        return [str(r["inc"]) for r in rows]
-
-    def next_due(
-        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
-    ) -> float | None:
-        where, params = _type_filter(types)
-        if dag_types is not None:
-            dag_where, dag_params = _type_filter(dag_types)
-            where = f" AND ((kind = 'machine'{where}) OR (kind = 'dag'{dag_where}))"
-            params = [*params, *dag_params]
-        with wrap_errors():
-            row = (
-                self._conn()
-                .execute("SELECT min(due_at) FROM wf_tasks WHERE 1=1" + where, params)
-                .fetchone()
-            )
-        if row is None or row[0] is None:
-            return None
-        return max(0.0, float(row[0]) - time.time())
-
     def wait_for_work(self, timeout: float) -> bool:
         self._ensure_watcher()
         return self._wakeup.wait(timeout)
@@ -852,69 +766,7 @@ class SQLiteStore:
         finally:
             conn.close()
 
-    # -- dead letters, maintenance -----------------------------------------------------
-    def dead_letter(
-        self, *, instance_id: str | None, envelope: dict[str, Any], reason: str, worker: str
-    ) -> None:
-        with self._write() as conn:
-            _insert_dead_letter(conn, instance_id, envelope, reason, worker, time.time())
-
-    def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]:
-        with wrap_errors():
-            rows = self._conn().execute(Q["dead_letters"], {"limit": limit}).fetchall()
-        return [{**dict(r), "envelope": _json(r["envelope"])} for r in rows]
-
-    # -- the inbox: type registry, redrive, retention ------------------------------------
-    def register_types(self, types: Sequence[str], *, by: str, kind: TypeKind = "machine") -> None:
-        now = time.time()
-        query = "register_type" if kind == "machine" else "register_dag_type"
-        other: TypeKind = "dag" if kind == "machine" else "machine"
-        taken = set(self.registered_types(other))
-        with self._write() as conn:
-            for type_name in sorted(types):
-                if type_name in taken:
-                    raise TypeKindConflict(type_name, KIND_NAMES[other], KIND_NAMES[kind])
-                conn.execute(Q[query], {"type": type_name, "by": by, "now": now})
-
-    def registered_types(self, kind: TypeKind = "machine") -> list[str]:
-        query = "registered_types" if kind == "machine" else "registered_dag_types"
-        with wrap_errors():
-            rows = self._conn().execute(Q[query]).fetchall()
-        return [r["type"] for r in rows]
-
-    def dead_letter_get(self, letter_id: int) -> dict[str, Any] | None:
-        with wrap_errors():
-            row = self._conn().execute(Q["dead_letter_get"], {"id": letter_id}).fetchone()
-        return None if row is None else {**dict(row), "envelope": _json(row["envelope"])}
-
-    def mark_redriven(self, letter_id: int, *, instance_id: str | None, by: str) -> bool:
-        params = {"id": letter_id, "instance_id": instance_id, "by": by, "now": time.time()}
-        with self._write() as conn:
-            return conn.execute(Q["mark_redriven"], params).rowcount == 1
-
-    def soft_delete(self, instance_id: str) -> bool:
-        now = time.time()
-        with self._write() as conn:
-            if conn.execute(Q["soft_delete"], {"id": instance_id, "now": now}).rowcount != 1:
-                return False
-            deleted = {"node": None, "event_type": str(Ev.DELETED), "attempt": None}
-            self._insert_events(
-                conn, instance_id, [{**deleted, "payload": {}, "error": None}], worker=None, now=now
-            )
-            return True
-
-    def purge_batch(self, *, older_than: float, batch_size: int, soft: bool = False) -> int:
-        now = time.time()
-        params = {"cutoff": now - older_than, "batch": batch_size, "now": now}
-        with self._write() as conn:
-            query = Q["soft_purge_batch"] if soft else Q["purge_batch"]
-            return conn.execute(query, params).rowcount
-
-    def purge_dead_letters_batch(self, *, older_than: float, batch_size: int) -> int:
-        params = {"cutoff": time.time() - older_than, "batch": batch_size}
-        with self._write() as conn:
-            return conn.execute(Q["purge_dead_letters_batch"], params).rowcount
-
+    # -- quarantine -------------------------------------------------------------------
     def quarantine(self, instance_id: str, *, reason: str, worker: str) -> None:
         with self._write() as conn:
             self._quarantine(conn, instance_id, reason, worker, time.time())
@@ -945,12 +797,6 @@ class SQLiteStore:
         row = conn.execute(Q["raw_instance"], {"id": instance_id}).fetchone()
         envelope = dict(row) if row is not None else {"id": instance_id}
         _insert_dead_letter(conn, instance_id, envelope, reason, worker, now)
-
-    def rebuild(self, instance_id: str, projection: Projection) -> None:
-        params = projection_params(projection, dumps)
-        params.update(id=instance_id, now=time.time())
-        with self._write() as conn:
-            conn.execute(Q["rebuild"], params)
 
     # -- signals and timers ---------------------------------------------------------------
     def signal(self, new: NewSignal) -> int:
@@ -991,29 +837,6 @@ class SQLiteStore:
         with wrap_errors():
             row = self._conn().execute(Q["get_setting"], {"name": "max_payload_bytes"}).fetchone()
         return DEFAULT_MAX_PAYLOAD_BYTES if row is None else int(row["value"])
-
-    def pending_signals(self, instance_id: str) -> list[SignalRecord]:
-        with wrap_errors():
-            rows = (
-                self._conn()
-                .execute(Q["signals_pending"], {"instance_id": instance_id, "now": time.time()})
-                .fetchall()
-            )
-        return [signal_record(r, decoded=False) for r in rows]
-
-    def signals(self, *, instance_id: str | None = None, limit: int = 100) -> list[SignalRecord]:
-        with wrap_errors():
-            rows = (
-                self._conn()
-                .execute(Q["signals_list"], {"instance_id": instance_id, "limit": limit})
-                .fetchall()
-            )
-        return [signal_record(r, decoded=False) for r in rows]
-
-    def signal_counts(self, *, instance_id: str | None = None) -> dict[str, int]:
-        with wrap_errors():
-            rows = self._conn().execute(Q["signal_counts"], {"instance_id": instance_id}).fetchall()
-        return signal_counts(rows)
 
     # -- DAG instances --------------------------------------------------------------------
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
@@ -1099,23 +922,6 @@ class SQLiteStore:
                 )
                 claims.append(Claim(leased, inst, started=True, more=more))
         return claims
-
-    def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
-        with self._write() as conn:
-            cur = conn.execute(
-                Q["dag_record"],
-                {
-                    "id": instance_id,
-                    "node": event.node,
-                    "event_type": str(event.event_type),
-                    "attempt": event.attempt,
-                    "payload": dumps(event.payload),
-                    "error": None if event.error is None else dumps(event.error),
-                    "worker": worker,
-                    "now": time.time(),
-                },
-            )
-            return cur.rowcount == 1
 
     def dag_snapshot(self, instance_id: str, *, after_seq: int = 0) -> DagSnapshot | None:
         # The version is read first: anything committed after it that matters bumps it,
@@ -1204,44 +1010,6 @@ class SQLiteStore:
             self.nudge()
         return commit.version + 1
 
-    def dag_save(self, name: str, definition: dict[str, Any]) -> int:
-        with self._write() as conn:
-            row = conn.execute(
-                Q["dag_save"], {"name": name, "definition": dumps(definition), "now": time.time()}
-            ).fetchone()
-        return int(row["version"])
-
-    def dag_definition(
-        self, name: str, version: int | None = None
-    ) -> tuple[int, dict[str, Any]] | None:
-        with wrap_errors():
-            row = (
-                self._conn()
-                .execute(Q["dag_definition"], {"name": name, "version": version})
-                .fetchone()
-            )
-        return None if row is None else (int(row["version"]), json.loads(row["definition"]))
-
-    def dag_definitions(self) -> list[tuple[str, int]]:
-        with wrap_errors():
-            rows = self._conn().execute(Q["dag_definitions"]).fetchall()
-        return [(r["name"], int(r["version"])) for r in rows]
-
-    def dag_delete(self, name: str, *, cascade: bool = False) -> int:
-        with self._write() as conn:
-            used = int(conn.execute(Q["dag_instances_of"], {"name": name}).fetchone()["n"])
-            if used and not cascade:
-                raise InvalidState(
-                    f"definition {name!r} is used by {used} instance(s); "
-                    "delete with cascade=True to delete them too"
-                )
-            conn.execute(Q["dag_delete_instances_of"], {"name": name})
-            return conn.execute(Q["dag_delete_definition"], {"name": name}).rowcount
-
-    def dag_delete_test_run(self, instance_id: str) -> bool:
-        with self._write() as conn:
-            return conn.execute(Q["dag_delete_test_run"], {"id": instance_id}).rowcount == 1
-
 
 def _leased(
     task: TaskRecord, worker: str, due_at: float, attempt: int, *, started: bool, token: str
@@ -1274,35 +1042,3 @@ def _leased(
 def _type_filter(types: Sequence[str]) -> tuple[str, list[str]]:
     # The number of placeholders is the only thing formatted in; the names are parameters.
     return " AND type IN (" + ",".join("?" * len(types)) + ")", list(types)
-
-
-def _statements(script: str) -> list[str]:
-    # Split on complete statements, not on every ';': a trigger body holds several.
-    statements: list[str] = []
-    buf = ""
-    for line in script.splitlines():
-        if line.strip().startswith("--"):
-            continue
-        buf += line + "\n"
-        if sqlite3.complete_statement(buf):
-            if buf.strip().rstrip(";").strip():
-                statements.append(buf.strip())
-            buf = ""
-    if buf.strip():
-        statements.append(buf.strip())
-    return statements
-
-
-def _instance_filter(
-    status: Sequence[Status] | None, type_prefix: str | None, include_deleted: bool
-) -> tuple[str, list[Any]]:
-    """The WHERE clause of ``list_instances`` and ``count_instances`` (values as parameters)."""
-    sql = " WHERE 1=1" if include_deleted else " WHERE deleted_at IS NULL"
-    params: list[Any] = []
-    if status:
-        sql += " AND status IN (" + ",".join("?" * len(status)) + ")"
-        params += [str(s) for s in status]
-    if type_prefix:
-        sql += " AND type LIKE ? ESCAPE '\\'"
-        params.append(like_prefix(type_prefix))
-    return sql, params

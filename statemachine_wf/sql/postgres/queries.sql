@@ -379,6 +379,20 @@ UPDATE wf_tasks SET lease_owner = NULL, due_at = now() WHERE lease_owner = %(wor
 -- name: active
 SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;
 
+-- name: list_instances
+-- %(status)s is ignored when %(any_status)s; %(pattern)s a LIKE prefix (store.like_prefix).
+SELECT * FROM wf_instances
+WHERE (%(any_status)s OR status = ANY(%(status)s))
+  AND (%(pattern)s::text IS NULL OR type LIKE %(pattern)s)
+  AND (%(deleted)s OR deleted_at IS NULL)
+ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: count_instances
+SELECT count(*) AS n FROM wf_instances
+WHERE (%(any_status)s OR status = ANY(%(status)s))
+  AND (%(pattern)s::text IS NULL OR type LIKE %(pattern)s)
+  AND (%(deleted)s OR deleted_at IS NULL);
+
 -- name: next_due
 SELECT extract(epoch FROM (min(due_at) - now()))::float8 AS wait
 FROM wf_tasks WHERE type = ANY(%(types)s);

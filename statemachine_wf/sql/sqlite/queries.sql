@@ -103,6 +103,30 @@ UPDATE wf_tasks SET lease_owner = NULL, due_at = :now WHERE lease_owner = :worke
 -- name: active
 SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;
 
+-- name: list_instances
+-- :status is a JSON array (ignored when :any_status); :pattern a LIKE prefix (store.like_prefix).
+SELECT * FROM wf_instances
+WHERE (:any_status OR status IN (SELECT value FROM json_each(:status)))
+  AND (:pattern IS NULL OR type LIKE :pattern ESCAPE '\')
+  AND (:deleted OR deleted_at IS NULL)
+ORDER BY created_at DESC, id DESC LIMIT :limit OFFSET :offset;
+
+-- name: count_instances
+SELECT count(*) AS n FROM wf_instances
+WHERE (:any_status OR status IN (SELECT value FROM json_each(:status)))
+  AND (:pattern IS NULL OR type LIKE :pattern ESCAPE '\')
+  AND (:deleted OR deleted_at IS NULL);
+
+-- name: next_due
+-- Seconds until the earliest task of :types (a JSON array) is due; negative when overdue.
+SELECT min(due_at) - :now AS wait FROM wf_tasks
+WHERE type IN (SELECT value FROM json_each(:types));
+
+-- name: next_due_kinds
+SELECT min(due_at) - :now AS wait FROM wf_tasks
+WHERE (kind = 'machine' AND type IN (SELECT value FROM json_each(:types)))
+   OR (kind = 'dag' AND type IN (SELECT value FROM json_each(:dag)));
+
 -- name: dead_letter
 INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
 VALUES (:instance_id, :envelope, :reason, :worker, :now);
@@ -131,11 +155,13 @@ UPDATE wf_tasks SET lease_owner = NULL, due_at = :due_at WHERE instance_id = :in
 SELECT id, type, status, step, CAST(input AS TEXT) AS input, CAST(progress AS TEXT) AS progress
 FROM wf_instances WHERE id = :id;
 
--- name: lock_wait
+-- name: lock_acquire
+-- A script (one transaction): queue as a waiter, take the lock if it is free, and return
+-- the holder, ours or another's (the caller then unqueues a holder: lock_unwait). As
+-- PostgreSQL's statement of the same name.
 INSERT OR IGNORE INTO wf_lock_waiters (key, instance_id, since) VALUES (:key, :id, :now);
-
--- name: lock_insert
 INSERT OR IGNORE INTO wf_locks (key, holder, since) VALUES (:key, :id, :now);
+SELECT holder FROM wf_locks WHERE key = :key;
 
 -- name: lock_holder
 SELECT holder FROM wf_locks WHERE key = :key;
@@ -143,19 +169,21 @@ SELECT holder FROM wf_locks WHERE key = :key;
 -- name: lock_unwait
 DELETE FROM wf_lock_waiters WHERE key = :key AND instance_id = :id;
 
--- name: lock_held
-SELECT key FROM wf_locks WHERE holder = :id AND (:key IS NULL OR key = :key);
-
--- name: lock_delete
-DELETE FROM wf_locks WHERE holder = :id AND key = :key;
-
--- name: lock_wake
+-- name: lock_release
+-- A script (one transaction): wake the waiters of every lock the instance releases (all
+-- of them, or :key), release them, and count them. The waiters are found through the
+-- locks, so the wake-up goes first.
 UPDATE wf_tasks SET due_at = :now
 WHERE lease_owner IS NULL
-  AND instance_id IN (SELECT instance_id FROM wf_lock_waiters WHERE key = :key);
+  AND instance_id IN (SELECT w.instance_id FROM wf_lock_waiters w JOIN wf_locks l ON l.key = w.key
+                      WHERE l.holder = :id AND (:key IS NULL OR l.key = :key));
+DELETE FROM wf_locks WHERE holder = :id AND (:key IS NULL OR key = :key);
+SELECT changes() AS released;
 
--- name: wake_instance
-UPDATE wf_tasks SET due_at = :now WHERE instance_id = :id AND lease_owner IS NULL;
+-- name: wake_instances
+-- :ids is a JSON array. Only tasks no runner holds: a leased task's due time is its lease.
+UPDATE wf_tasks SET due_at = :now
+WHERE instance_id IN (SELECT value FROM json_each(:ids)) AND lease_owner IS NULL;
 
 -- Signals and timers (005). ----------------------------------------------------------
 
@@ -341,23 +369,31 @@ SET redriven_at = :now, redriven_by = :by, redrive_instance_id = :instance_id
 WHERE id = :id AND redriven_at IS NULL;
 
 -- name: soft_delete
+-- A script (one transaction): the mark, and its event only if this UPDATE made it
+-- (changes() is the row count of the statement before). Returns the id when deleted.
 UPDATE wf_instances SET deleted_at = :now
 WHERE id = :id AND deleted_at IS NULL AND status IN ('COMPLETED', 'FAILED', 'CANCELLED');
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+SELECT :id, NULL, 'WORKFLOW_DELETED', NULL, '{}', NULL, NULL, :now WHERE changes() = 1
+RETURNING instance_id AS id;
 
 -- name: purge_batch
 -- One writer at a time (BEGIN IMMEDIATE): the status checked here is the one deleted.
+-- Events, tasks and DAG runs go by cascade.
 DELETE FROM wf_instances
 WHERE id IN (SELECT id FROM wf_instances
              WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED')
-               AND created_at < :cutoff AND updated_at < :cutoff
-             ORDER BY created_at LIMIT :batch);
+               AND created_at < :now - :age AND updated_at < :now - :age
+             ORDER BY created_at LIMIT :batch)
+RETURNING id;
 
 -- name: soft_purge_batch
 UPDATE wf_instances SET deleted_at = :now
 WHERE id IN (SELECT id FROM wf_instances
              WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND deleted_at IS NULL
-               AND created_at < :cutoff AND updated_at < :cutoff
-             ORDER BY created_at LIMIT :batch);
+               AND created_at < :now - :age AND updated_at < :now - :age
+             ORDER BY created_at LIMIT :batch)
+RETURNING id;
 
 -- name: set_setting
 INSERT INTO wf_settings (name, value, updated_at) VALUES (:name, :value, :now)
@@ -368,6 +404,8 @@ WHERE wf_settings.value IS NOT excluded.value;
 SELECT value FROM wf_settings WHERE name = :name;
 
 -- name: purge_dead_letters_batch
+-- Every letter older than the age goes, redriven or not (docs/architecture.md).
 DELETE FROM wf_dead_letters
-WHERE id IN (SELECT id FROM wf_dead_letters WHERE created_at < :cutoff
-             ORDER BY created_at LIMIT :batch);
+WHERE id IN (SELECT id FROM wf_dead_letters WHERE created_at < :now - :age
+             ORDER BY created_at LIMIT :batch)
+RETURNING id;

@@ -1,0 +1,360 @@
+"""The port methods written once for both stores: the SQL differs, the Python does not.
+
+:class:`SqlStore` holds every method whose logic is the same on SQLite and PostgreSQL once
+the SQL text and the connection handling are set aside: the reads, and the writes that
+are one statement (PostgreSQL) or a short script of set-based statements inside one
+``BEGIN IMMEDIATE`` transaction (SQLite). A query is named: ``sql/<dialect>/queries.sql``
+holds a section of the same name and the same parameter names in each dialect, so one
+params dict serves both (each driver ignores the names a statement does not use: the
+SQLite queries take ``:now`` where PostgreSQL calls ``now()``).
+
+A dialect supplies the primitives: a connection for reads, one for a write transaction
+(and one for a single write statement), how to run a named query on it, how to encode a
+JSON value and an array parameter, and what to do after a write made work due. Each
+dialect still translates its driver's errors in one wrapper of its own
+(``wrap_errors``), applied by those primitives.
+
+The decisions (claim, apply, the DAG claim and commit, heartbeat, create) stay in the
+dialect classes for now: there the two stores differ in shape, not only in text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+from ..errors import ConcurrencyConflict, InvalidState, StoreError, TypeKindConflict
+from ..events import EventRecord, NewEvent, Status
+from ..fold import Projection
+from ..store import KIND_NAMES, InstanceRecord, TaskRecord, TypeKind, like_prefix
+from ..waits import SignalRecord
+from ._common import (
+    event_record,
+    instance_record,
+    letter_record,
+    projection_params,
+    signal_counts,
+    signal_record,
+    task_record,
+)
+
+Row = Any
+"""A row as the driver returns it: ``sqlite3.Row`` or psycopg's ``dict_row``; both are
+read by column name."""
+
+
+class SqlStore(ABC):
+    """The dialect-independent part of a SQL :class:`~statemachine_wf.store.Store`."""
+
+    dialect: str
+    json_decoded: ClassVar[bool]
+    """Whether the driver hands JSON columns back decoded (psycopg's jsonb) or as text."""
+
+    # -- primitives a dialect supplies -----------------------------------------------
+    @abstractmethod
+    def _reading(self) -> AbstractContextManager[Any]:
+        """A connection for reads (outside any write transaction), errors translated."""
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[Any]:
+        """A connection inside one write transaction, committed on a clean exit and rolled
+        back on an error (SQLite: ``BEGIN IMMEDIATE``, the writer lock taken up front)."""
+
+    def _statement(self) -> AbstractContextManager[Any]:
+        """A connection for one write query (a statement, or SQLite's short script).
+
+        A transaction by default; PostgreSQL runs the single statement on an autocommit
+        connection instead (one statement is one commit: no BEGIN/COMMIT round trips).
+        """
+        return self._transaction()
+
+    @abstractmethod
+    def _run(self, conn: Any, name: str, params: dict[str, Any]) -> Any:
+        """Run the named query on ``conn``; the driver's cursor (SQLite: of the script's
+        last statement)."""
+
+    @abstractmethod
+    def _encode(self, value: Any) -> Any:
+        """A JSON parameter as this driver takes it."""
+
+    @abstractmethod
+    def _array(self, values: Sequence[Any]) -> Any:
+        """A list parameter: a PostgreSQL array, a JSON array for SQLite's ``json_each``."""
+
+    def _params(self, **params: Any) -> dict[str, Any]:
+        """``params`` plus what every query of the dialect may use (``now``; PostgreSQL's
+        notification ``channel``)."""
+        return {"now": time.time(), **params}
+
+    def _made_due(self) -> None:  # noqa: B027 (a hook: PostgreSQL's SQL notifies itself)
+        """A write may have made a task due: wake a worker of this process (SQLite)."""
+
+    def _may_exist(self, instance_id: str) -> bool:
+        """Whether ``instance_id`` can name a row at all (PostgreSQL: a uuid)."""
+        return True
+
+    @abstractmethod
+    def _kind_conflict(self, exc: Exception) -> bool:
+        """Whether a driver error is the one-kind trigger's refusal (migration 011)."""
+
+    # -- helpers ----------------------------------------------------------------------
+    def _read_one(self, name: str, /, **params: Any) -> Row | None:
+        with self._reading() as conn:
+            return self._run(conn, name, self._params(**params)).fetchone()
+
+    def _read_all(self, name: str, /, **params: Any) -> list[Row]:
+        with self._reading() as conn:
+            return list(self._run(conn, name, self._params(**params)).fetchall())
+
+    def _write_one(self, name: str, /, **params: Any) -> Row | None:
+        with self._statement() as conn:
+            return self._run(conn, name, self._params(**params)).fetchone()
+
+    def _write_all(self, name: str, /, **params: Any) -> list[Row]:
+        with self._statement() as conn:
+            return list(self._run(conn, name, self._params(**params)).fetchall())
+
+    def _write_count(self, name: str, /, **params: Any) -> int:
+        """Run a write query; the number of rows its (last) statement changed."""
+        with self._statement() as conn:
+            return int(self._run(conn, name, self._params(**params)).rowcount)
+
+    def _json(self, value: Any) -> Any:
+        return value if self.json_decoded else json.loads(value)
+
+    # -- InstanceLog: reads and retirement ----------------------------------------------
+    def get(self, instance_id: str) -> InstanceRecord | None:
+        if not self._may_exist(instance_id):
+            return None  # not an id at all: no such instance (rather than a driver error)
+        row = self._read_one("get_instance", id=instance_id)
+        return None if row is None else instance_record(row)
+
+    def events(self, instance_id: str, *, after_seq: int = 0) -> list[EventRecord]:
+        return [event_record(r) for r in self._read_all("events", id=instance_id, after=after_seq)]
+
+    def _instance_filter(
+        self, status: Sequence[Status] | None, type_prefix: str | None, include_deleted: bool
+    ) -> dict[str, Any]:
+        """The parameters of the filter ``list_instances`` and ``count_instances`` share."""
+        return {
+            "any_status": not status,
+            "status": self._array([str(s) for s in status or ()]),
+            "pattern": like_prefix(type_prefix) if type_prefix else None,
+            "deleted": include_deleted,
+        }
+
+    def list_instances(
+        self,
+        *,
+        status: Sequence[Status] | None = None,
+        type_prefix: str | None = None,
+        limit: int = 100,
+        include_deleted: bool = False,
+        offset: int = 0,
+    ) -> list[InstanceRecord]:
+        where = self._instance_filter(status, type_prefix, include_deleted)
+        rows = self._read_all("list_instances", **where, limit=limit, offset=offset)
+        return [instance_record(r) for r in rows]
+
+    def count_instances(
+        self,
+        *,
+        status: Sequence[Status] | None = None,
+        type_prefix: str | None = None,
+        include_deleted: bool = False,
+    ) -> int:
+        where = self._instance_filter(status, type_prefix, include_deleted)
+        row = self._read_one("count_instances", **where)
+        return 0 if row is None else int(row["n"])
+
+    def children(self, parent_id: str) -> list[InstanceRecord]:
+        return [instance_record(r) for r in self._read_all("children", id=parent_id)]
+
+    def rebuild(self, instance_id: str, projection: Projection) -> None:
+        # Bumps the version (no CAS of its own): a decision made on the old row loses.
+        params = projection_params(projection, self._encode)
+        self._write_count("rebuild", **params, id=instance_id)
+
+    def soft_delete(self, instance_id: str) -> bool:
+        # The mark and its WORKFLOW_DELETED event in one commit; only an ended instance.
+        return self._write_one("soft_delete", id=instance_id) is not None
+
+    def purge_batch(self, *, older_than: float, batch_size: int, soft: bool = False) -> int:
+        query = "soft_purge_batch" if soft else "purge_batch"
+        return len(self._write_all(query, age=older_than, batch=batch_size))
+
+    # -- TaskQueue: reads and wake-ups --------------------------------------------------
+    def task(self, instance_id: str, slot: str = "") -> TaskRecord | None:
+        row = self._read_one("get_task", id=instance_id, slot=slot)
+        return None if row is None else task_record(row, now=time.time())
+
+    def active(self, *, types: Sequence[str] | None = None) -> list[InstanceRecord]:
+        found = [instance_record(r) for r in self._read_all("active")]
+        return [i for i in found if types is None or i.type in types]
+
+    def lease_incarnations(self, *, worker: str) -> list[str]:
+        return [str(r["inc"]) for r in self._read_all("lease_incarnations", worker=worker)]
+
+    def next_due(
+        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
+    ) -> float | None:
+        if dag_types is None:
+            row = self._read_one("next_due", types=self._array(types))
+        else:
+            row = self._read_one(
+                "next_due_kinds", types=self._array(types), dag=self._array(dag_types)
+            )
+        if row is None or row["wait"] is None:
+            return None
+        return max(0.0, float(row["wait"]))
+
+    def wake_instances(self, instance_ids: Sequence[str]) -> None:
+        # Only tasks no runner holds: a leased task's due time is its lease.
+        self._write_all("wake_instances", ids=self._array(list(instance_ids)))
+        self._made_due()
+
+    def wake_parent(self, child_id: str) -> None:
+        self._write_all("wake_parent", id=child_id)
+        self._made_due()
+
+    # -- Locks --------------------------------------------------------------------------
+    def acquire_lock(self, key: str, instance_id: str) -> str:
+        with self._transaction() as conn:
+            # Queued as a waiter first, then the lock taken if free: the holder comes back
+            # either way (ours or another's), and a holder is no waiter of its own lock.
+            row = self._run(conn, "lock_acquire", self._params(key=key, id=instance_id))
+            found = row.fetchone()
+            if found is None:  # the upsert returns its row, always (see lock_acquire)
+                raise StoreError(f"{self.dialect}: lock {key!r}: the acquire returned no holder")
+            holder = str(found["holder"])
+            if holder == instance_id:
+                self._run(conn, "lock_unwait", self._params(key=key, id=instance_id))
+        return holder
+
+    def release_locks(self, instance_id: str, *, key: str | None = None) -> int:
+        row = self._write_one("lock_release", id=instance_id, key=key)
+        released = 0 if row is None else int(row["released"])
+        if released:
+            self._made_due()
+        return released
+
+    def lock_holder(self, key: str) -> str | None:
+        row = self._read_one("lock_holder", key=key)
+        return None if row is None else str(row["holder"])
+
+    # -- Signals: reads -----------------------------------------------------------------
+    def pending_signals(self, instance_id: str) -> list[SignalRecord]:
+        rows = self._read_all("signals_pending", instance_id=instance_id)
+        return [signal_record(r, decoded=self.json_decoded) for r in rows]
+
+    def signals(self, *, instance_id: str | None = None, limit: int = 100) -> list[SignalRecord]:
+        rows = self._read_all("signals_list", instance_id=instance_id, limit=limit)
+        return [signal_record(r, decoded=self.json_decoded) for r in rows]
+
+    def signal_counts(self, *, instance_id: str | None = None) -> dict[str, int]:
+        return signal_counts(self._read_all("signal_counts", instance_id=instance_id))
+
+    # -- Inbox --------------------------------------------------------------------------
+    def dead_letter(
+        self, *, instance_id: str | None, envelope: dict[str, Any], reason: str, worker: str
+    ) -> None:
+        self._write_count(
+            "dead_letter",
+            instance_id=instance_id,
+            envelope=self._encode(envelope),
+            reason=reason,
+            worker=worker,
+        )
+
+    def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]:
+        rows = self._read_all("dead_letters", limit=limit)
+        return [letter_record(r, decoded=self.json_decoded) for r in rows]
+
+    def dead_letter_get(self, letter_id: int) -> dict[str, Any] | None:
+        row = self._read_one("dead_letter_get", id=letter_id)
+        return None if row is None else letter_record(row, decoded=self.json_decoded)
+
+    def mark_redriven(self, letter_id: int, *, instance_id: str | None, by: str) -> bool:
+        # Once: the UPDATE matches only a letter not redriven yet, so of two concurrent
+        # redrives exactly one sees its row changed.
+        return self._write_count("mark_redriven", id=letter_id, instance_id=instance_id, by=by) == 1
+
+    def purge_dead_letters_batch(self, *, older_than: float, batch_size: int) -> int:
+        return len(self._write_all("purge_dead_letters_batch", age=older_than, batch=batch_size))
+
+    def register_types(self, types: Sequence[str], *, by: str, kind: TypeKind = "machine") -> None:
+        query = "register_type" if kind == "machine" else "register_dag_type"
+        other: TypeKind = "dag" if kind == "machine" else "machine"
+        with self._transaction() as conn:
+            for type_name in sorted(types):  # one order everywhere: no deadlock
+                try:
+                    self._run(conn, query, self._params(type=type_name, by=by))
+                except Exception as exc:
+                    # The trigger of migration 011 (serialised per name): the name is
+                    # registered as the other kind. The transaction writes nothing.
+                    if self._kind_conflict(exc):
+                        raise TypeKindConflict(
+                            type_name, KIND_NAMES[other], KIND_NAMES[kind]
+                        ) from None
+                    raise
+
+    def registered_types(self, kind: TypeKind = "machine") -> list[str]:
+        query = "registered_types" if kind == "machine" else "registered_dag_types"
+        return [r["type"] for r in self._read_all(query)]
+
+    # -- DagRuns: definitions and results -------------------------------------------------
+    def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
+        # Once: a duplicate delivery hits the unique index and inserts nothing.
+        return (
+            self._write_count(
+                "dag_record",
+                id=instance_id,
+                node=event.node,
+                event_type=str(event.event_type),
+                attempt=event.attempt,
+                payload=self._encode(event.payload),
+                error=None if event.error is None else self._encode(event.error),
+                worker=worker,
+            )
+            == 1
+        )
+
+    def dag_save(self, name: str, definition: dict[str, Any]) -> int:
+        for _ in range(10):
+            try:
+                row = self._write_one("dag_save", name=name, definition=self._encode(definition))
+            except ConcurrencyConflict:
+                continue  # a concurrent save took this version number
+            if row is None:
+                raise StoreError(f"{self.dialect}: DAG {name!r}: the save returned no version")
+            return int(row["version"])
+        raise ConcurrencyConflict(name, -1)
+
+    def dag_definition(
+        self, name: str, version: int | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
+        row = self._read_one("dag_definition", name=name, version=version)
+        return None if row is None else (int(row["version"]), dict(self._json(row["definition"])))
+
+    def dag_definitions(self) -> list[tuple[str, int]]:
+        return [(r["name"], int(r["version"])) for r in self._read_all("dag_definitions")]
+
+    def dag_delete(self, name: str, *, cascade: bool = False) -> int:
+        with self._transaction() as conn:
+            used = self._run(conn, "dag_instances_of", self._params(name=name)).fetchone()
+            if used is None:
+                raise StoreError(f"{self.dialect}: DAG {name!r}: the count returned no row")
+            if used["n"] and not cascade:
+                raise InvalidState(
+                    f"definition {name!r} is used by {used['n']} instance(s); "
+                    "delete with cascade=True to delete them too"
+                )
+            self._run(conn, "dag_delete_instances_of", self._params(name=name))
+            return int(self._run(conn, "dag_delete_definition", self._params(name=name)).rowcount)
+
+    def dag_delete_test_run(self, instance_id: str) -> bool:
+        return self._write_count("dag_delete_test_run", id=instance_id) == 1
