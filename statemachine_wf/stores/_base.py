@@ -34,6 +34,7 @@ from ..store import KIND_NAMES, InstanceRecord, TaskRecord, TypeKind, like_prefi
 from ..waits import SignalRecord
 from ._common import (
     event_record,
+    incarnation_prefix,
     instance_record,
     letter_record,
     projection_params,
@@ -195,6 +196,48 @@ class SqlStore(ABC):
     def active(self, *, types: Sequence[str] | None = None) -> list[InstanceRecord]:
         found = [instance_record(r) for r in self._read_all("active")]
         return [i for i in found if types is None or i.type in types]
+
+    def heartbeat(
+        self,
+        *,
+        worker: str,
+        lease: float,
+        log_every: float | None = None,
+        incarnation: str | None = None,
+    ) -> int:
+        # Fenced by the incarnation's lease-token prefix (`mine`): a live runner never
+        # extends the leases of a dead twin that had the same worker id.
+        mine = incarnation_prefix(incarnation)
+        if log_every is None:
+            return self._write_count("heartbeat", worker=worker, lease=lease, mine=mine)
+        # A claim's first sighting marks it (heartbeat_token = its lease token); a later
+        # one logs a HEARTBEAT at most every `log_every` seconds: a lease that survives a
+        # restart of its runner shows in the log, a short step writes no event at all.
+        row = self._write_one(
+            "heartbeat_logged",
+            worker=worker,
+            lease=lease,
+            every=log_every,
+            mine=mine,
+            payload=self._encode({"lease_seconds": lease}),
+        )
+        return 0 if row is None else int(row["n"])
+
+    def release(
+        self,
+        *,
+        worker: str,
+        instance_ids: Sequence[str] | None = None,
+        token: str | None = None,
+        incarnation: str | None = None,
+    ) -> None:
+        mine = incarnation_prefix(incarnation)
+        if instance_ids is None:
+            self._write_all("release_all", worker=worker, mine=mine)
+        else:
+            ids = self._array(list(instance_ids))
+            self._write_all("release", worker=worker, ids=ids, token=token, mine=mine)
+        self._made_due()  # the tasks handed back are due now, for any runner
 
     def lease_incarnations(self, *, worker: str) -> list[str]:
         return [str(r["inc"]) for r in self._read_all("lease_incarnations", worker=worker)]

@@ -52,7 +52,6 @@ from ._common import (
     dag_apply_params,
     event_dicts,
     event_record,
-    incarnation_prefix,
     instance_record,
     key_clash,
     loads,
@@ -697,40 +696,6 @@ class PostgresStore(SqlStore):
                 commit.instance_id, commit.version, None if current is None else current.version
             )
         return int(row["version"])
-
-    def heartbeat(
-        self,
-        *,
-        worker: str,
-        lease: float,
-        log_every: float | None = None,
-        incarnation: str | None = None,
-    ) -> int:
-        mine = incarnation_prefix(incarnation)
-        if log_every is None:
-            with self._conn() as conn:
-                params = {"worker": worker, "lease": lease, "mine": mine}
-                return conn.execute(Q["heartbeat"], params).rowcount
-        params = {"worker": worker, "lease": lease, "every": log_every, "mine": mine}
-        row = self._one(Q["heartbeat_logged"], params)
-        return 0 if row is None else int(row["n"])
-
-    def release(
-        self,
-        *,
-        worker: str,
-        instance_ids: Sequence[str] | None = None,
-        token: str | None = None,
-        incarnation: str | None = None,
-    ) -> None:
-        mine = incarnation_prefix(incarnation)
-        with self._conn() as conn:
-            if instance_ids is None:
-                conn.execute(Q["release_all"], {"worker": worker, "mine": mine})
-            else:
-                params = {"worker": worker, "ids": list(instance_ids), "token": token, "mine": mine}
-                conn.execute(Q["release"], params)
-            conn.execute("SELECT pg_notify(%s, 'release')", (self.channel,))
 
     def wait_for_work(self, timeout: float) -> bool:
         if self._listen and self._listener is None:

@@ -50,7 +50,6 @@ from ._common import (
     dumps,
     event_dicts,
     fast_start_allowed,
-    incarnation_prefix,
     instance_record,
     key_clash,
     loads,
@@ -654,80 +653,6 @@ class SQLiteStore(SqlStore):
         row = self._run(conn, "lock_release", {"id": instance_id, "key": key, "now": now})
         released = row.fetchone()
         return 0 if released is None else int(released["released"])
-
-    def heartbeat(
-        self,
-        *,
-        worker: str,
-        lease: float,
-        log_every: float | None = None,
-        incarnation: str | None = None,
-    ) -> int:
-        now = time.time()
-        mine = incarnation_prefix(incarnation)
-        with self._write() as conn:
-            if log_every is None:
-                return conn.execute(
-                    Q["heartbeat"],
-                    {"worker": worker, "due_at": now + lease, "now": now, "mine": mine},
-                ).rowcount
-            # See the PostgreSQL query of the same name: first sighting of a claim marks
-            # it, a later one logs a HEARTBEAT at most every ``log_every`` seconds.
-            held = conn.execute(
-                Q["heartbeat_held"], {"worker": worker, "now": now, "mine": mine}
-            ).fetchall()
-            for t in held:
-                first = t["heartbeat_at"] is None or t["heartbeat_token"] != t["lease_token"]
-                log_it = not first and t["heartbeat_at"] <= now - log_every
-                conn.execute(
-                    Q["heartbeat_one"],
-                    {
-                        "id": t["id"],
-                        "due_at": now + lease,
-                        "at": now if first or log_it else t["heartbeat_at"],
-                    },
-                )
-                if log_it:
-                    self._insert_events(
-                        conn,
-                        t["instance_id"],
-                        [
-                            {
-                                "node": t["node"],
-                                "event_type": str(Ev.HEARTBEAT),
-                                "attempt": t["attempt"],
-                                "payload": {"lease_seconds": lease},
-                                "error": None,
-                            }
-                        ],
-                        worker=worker,
-                        now=now,
-                    )
-            return len(held)
-
-    def release(
-        self,
-        *,
-        worker: str,
-        instance_ids: Sequence[str] | None = None,
-        token: str | None = None,
-        incarnation: str | None = None,
-    ) -> None:
-        now = time.time()
-        mine = incarnation_prefix(incarnation)
-        with self._write() as conn:
-            if instance_ids is None:
-                conn.execute(Q["release_all"], {"worker": worker, "now": now, "mine": mine})
-            for instance_id in instance_ids or ():
-                params = {
-                    "worker": worker,
-                    "instance_id": instance_id,
-                    "now": now,
-                    "token": token,
-                    "mine": mine,
-                }
-                conn.execute(Q["release"], params)
-        self.nudge()
 
     def wait_for_work(self, timeout: float) -> bool:
         self._ensure_watcher()

@@ -7,7 +7,7 @@ from statemachine_wf.events import Ev, Status
 from statemachine_wf.store import Store
 from tests.integration.core.test_store_contract import new
 
-from .helpers import TYPE, cancelled
+from .helpers import TYPE, cancelled, claim_one
 
 
 def test_releasing_one_key_wakes_only_that_keys_waiters(store: Store) -> None:
@@ -85,3 +85,31 @@ def test_purges_count_what_they_removed(store: Store) -> None:
     assert store.purge_dead_letters_batch(older_than=future, batch_size=2) == 2
     assert store.purge_dead_letters_batch(older_than=future, batch_size=2) == 1
     assert store.dead_letters() == []
+
+
+def test_a_heartbeat_logs_each_seen_claim_and_marks_each_new_one(store: Store) -> None:
+    a = new(store)
+    assert claim_one(store).instance.id == a
+    assert store.heartbeat(worker="w", lease=300, log_every=0) == 1  # a: seen
+    b = new(store)
+    assert claim_one(store).instance.id == b
+    assert store.heartbeat(worker="w", lease=300, log_every=0) == 2  # a: logged; b: seen
+
+    def beats(iid: str) -> list[float]:
+        return [
+            e.payload["lease_seconds"] for e in store.events(iid) if e.event_type == Ev.HEARTBEAT
+        ]
+
+    assert (beats(a), beats(b)) == ([300], [])
+    assert store.heartbeat(worker="w", lease=30.5, log_every=0) == 2
+    assert (beats(a), beats(b)) == ([300, 30.5], [30.5])
+    # A hand-back and a new claim: another lease token, so a first sighting again.
+    store.release(worker="w", instance_ids=[a, b])
+    assert {c.instance.id for c in store.claim(worker="w", types=[TYPE], lease=300, limit=5)} == {
+        a,
+        b,
+    }
+    assert store.heartbeat(worker="w", lease=300, log_every=0) == 2
+    assert (beats(a), beats(b)) == ([300, 30.5], [30.5])
+    assert store.heartbeat(worker="w", lease=300, log_every=0) == 2
+    assert (len(beats(a)), len(beats(b))) == (3, 2)

@@ -363,18 +363,29 @@ WITH held AS (
 SELECT count(*) AS n FROM ext;
 
 -- name: release
-UPDATE wf_tasks SET lease_owner = NULL, due_at = now()
-WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s)
-  AND (%(token)s::text IS NULL OR lease_token = %(token)s::text)
-  AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text);
+-- Only this worker's leases, and of those only the claim %(token)s (when given) of this
+-- incarnation (%(mine)s, when given): a hand-back never frees a lease a later claim took.
+-- The NOTIFY goes out whatever was released (a hand-back is work for somebody else).
+WITH released AS (
+    UPDATE wf_tasks SET lease_owner = NULL, due_at = now()
+    WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s)
+      AND (%(token)s::text IS NULL OR lease_token = %(token)s::text)
+      AND (%(mine)s::text IS NULL
+           OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
+)
+SELECT pg_notify(%(channel)s, 'release');
 
 -- name: lease_incarnations
 SELECT DISTINCT split_part(lease_token, '/', 1) AS inc FROM wf_tasks
 WHERE lease_owner = %(worker)s AND due_at > now() AND strpos(lease_token, '/') > 0;
 
 -- name: release_all
-UPDATE wf_tasks SET lease_owner = NULL, due_at = now() WHERE lease_owner = %(worker)s
-  AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text);
+WITH released AS (
+    UPDATE wf_tasks SET lease_owner = NULL, due_at = now() WHERE lease_owner = %(worker)s
+      AND (%(mine)s::text IS NULL
+           OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
+)
+SELECT pg_notify(%(channel)s, 'release');
 
 -- name: active
 SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;

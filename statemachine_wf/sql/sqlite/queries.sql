@@ -64,17 +64,33 @@ UPDATE wf_tasks SET lease_owner = :worker, lease_token = :token, due_at = :due_a
 WHERE id = :task_id;
 
 -- name: heartbeat
-UPDATE wf_tasks SET due_at = :due_at WHERE lease_owner = :worker AND due_at > :now
+-- :mine: the lease-token prefix of the beating runner's incarnation (NULL: any), so a live
+-- runner never keeps a dead twin's leases (same worker id) alive.
+UPDATE wf_tasks SET due_at = :now + :lease WHERE lease_owner = :worker AND due_at > :now
   AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
 
--- name: heartbeat_held
-SELECT id, instance_id, node, attempt, lease_token, heartbeat_token, heartbeat_at
-FROM wf_tasks WHERE lease_owner = :worker AND due_at > :now
+-- name: heartbeat_logged
+-- A script (one transaction), as PostgreSQL's statement of the same name: a HEARTBEAT
+-- event (:payload) for every claim already seen held at an earlier heartbeat (same lease
+-- token) whose last logged one is :every seconds old - decided before the extension
+-- below moves heartbeat_at - then the extension, which marks a claim seen for the first
+-- time; the count of claims extended.
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+SELECT instance_id, node, 'HEARTBEAT', attempt, :payload, NULL, :worker, :now
+FROM wf_tasks
+WHERE lease_owner = :worker AND due_at > :now
+  AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine)
+  AND heartbeat_at IS NOT NULL AND heartbeat_token IS lease_token
+  AND heartbeat_at <= :now - :every
+ORDER BY id;
+UPDATE wf_tasks
+SET due_at = :now + :lease, heartbeat_token = lease_token,
+    heartbeat_at = CASE WHEN heartbeat_at IS NULL OR heartbeat_token IS NOT lease_token
+                          OR heartbeat_at <= :now - :every
+                        THEN :now ELSE heartbeat_at END
+WHERE lease_owner = :worker AND due_at > :now
   AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
-
--- name: heartbeat_one
-UPDATE wf_tasks SET due_at = :due_at, heartbeat_token = lease_token, heartbeat_at = :at
-WHERE id = :id;
+SELECT changes() AS n;
 
 -- name: dead_letter_instance
 -- The decision dead-letters its instance: the envelope is what started it.
@@ -87,8 +103,11 @@ SELECT id,
 FROM wf_instances WHERE id = :id;
 
 -- name: release
+-- :ids is a JSON array. Only this worker's leases, and of those only the claim :token
+-- (when given) of this incarnation (:mine, when given): a hand-back never frees a lease
+-- a later claim took.
 UPDATE wf_tasks SET lease_owner = NULL, due_at = :now
-WHERE lease_owner = :worker AND instance_id = :instance_id
+WHERE lease_owner = :worker AND instance_id IN (SELECT value FROM json_each(:ids))
   AND (:token IS NULL OR lease_token = :token)
   AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
 
