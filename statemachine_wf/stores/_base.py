@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from ..errors import ConcurrencyConflict, InvalidState, StoreError, TypeKindConflict
 from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
-from ..store import KIND_NAMES, InstanceRecord, TaskRecord, TypeKind, like_prefix
+from ..store import KIND_NAMES, InstanceRecord, NewInstance, TaskRecord, TypeKind, like_prefix
 from ..waits import SignalRecord
 from ._common import (
     event_record,
@@ -127,7 +127,35 @@ class SqlStore(ABC):
     def _json(self, value: Any) -> Any:
         return value if self.json_decoded else json.loads(value)
 
-    # -- InstanceLog: reads and retirement ----------------------------------------------
+    # -- InstanceLog ----------------------------------------------
+    def _create_params(self, new: NewInstance) -> dict[str, Any]:
+        return {
+            "id": new.id,
+            "type": new.type,
+            "kind": new.kind,
+            "step": new.initial,
+            "input": self._encode(new.input),
+            "key": new.idempotency_key,
+            "priority": new.priority,
+            "parent_id": new.parent_id,
+            "parent_node": new.parent_node,
+            "created": self._encode({"input": new.input, "initial": new.initial or None}),
+            "delay": new.delay,
+            "run_at": new.run_at,
+        }
+
+    def create(self, new: NewInstance) -> tuple[str, bool]:
+        # One commit: the instance, its WORKFLOW_CREATED event and its task, unless the
+        # idempotency key is known (then nothing is written and the existing id returned).
+        row = self._write_one("create", **self._create_params(new))
+        if row is not None:
+            self._made_due()
+            return str(row["id"]), True
+        existing = self._read_one("instance_by_key", key=new.idempotency_key)
+        if existing is None:  # the conflicting row vanished between the two statements
+            return self.create(new)
+        return str(existing["id"]), False
+
     def get(self, instance_id: str) -> InstanceRecord | None:
         if not self._may_exist(instance_id):
             return None  # not an id at all: no such instance (rather than a driver error)

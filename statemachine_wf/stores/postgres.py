@@ -474,30 +474,6 @@ class PostgresStore(SqlStore):
         return max((n for n, _ in migrations("postgres")), default=0)
 
     # -- producers --------------------------------------------------------------------
-    def create(self, new: NewInstance) -> tuple[str, bool]:
-        params = {
-            "id": new.id,
-            "type": new.type,
-            "kind": new.kind,
-            "step": new.initial,
-            "input": _jsonb(new.input),
-            "key": new.idempotency_key,
-            "priority": new.priority,
-            "parent_id": new.parent_id,
-            "parent_node": new.parent_node,
-            "created": _jsonb({"input": new.input, "initial": new.initial or None}),
-            "delay": new.delay,
-            "run_at": new.run_at,
-            "channel": self.channel,
-        }
-        row = self._one(Q["create"], params)
-        if row is not None:
-            return str(row["id"]), True
-        existing = self._one(Q["instance_by_key"], {"key": new.idempotency_key})
-        if existing is None:  # the conflicting row vanished between the two statements
-            return self.create(new)
-        return str(existing["id"]), False
-
     def create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
         if not news:
             return []

@@ -310,17 +310,6 @@ class SQLiteStore(SqlStore):
         return max((n for n, _ in migrations("sqlite")), default=0)
 
     # -- producers --------------------------------------------------------------------
-    def create(self, new: NewInstance) -> tuple[str, bool]:
-        now = time.time()
-        with self._write() as conn:
-            if new.idempotency_key is not None:
-                row = conn.execute(Q["instance_by_key"], {"key": new.idempotency_key}).fetchone()
-                if row is not None:
-                    return str(row["id"]), False
-            self._insert_new(conn, new, now)
-        self.nudge()
-        return new.id, True
-
     def create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
         now = time.time()
         out: list[tuple[str, bool]] = []
@@ -338,45 +327,13 @@ class SQLiteStore(SqlStore):
                         raise key_clash(key, existing_id, existing_type, new.type)
                     out.append((existing_id, False))
                     continue
-                self._insert_new(conn, new, now)
+                self._run(conn, "create", {**self._create_params(new), "now": now})
                 if key is not None:
                     keyed[key] = (new.id, new.type)
                 out.append((new.id, True))
         if any(created for _, created in out):
             self.nudge()
         return out
-
-    def _insert_new(self, conn: sqlite3.Connection, new: NewInstance, now: float) -> None:
-        conn.execute(
-            Q["insert_instance"],
-            {
-                "id": new.id,
-                "type": new.type,
-                "kind": new.kind,
-                "step": new.initial or None,
-                "input": dumps(new.input),
-                "key": new.idempotency_key,
-                "priority": new.priority,
-                "parent_id": new.parent_id,
-                "parent_node": new.parent_node,
-                "now": now,
-            },
-        )
-        created = {"node": None, "event_type": str(Ev.CREATED), "attempt": None, "error": None}
-        payload = {"input": new.input, "initial": new.initial or None}
-        self._insert_events(conn, new.id, [{**created, "payload": payload}], worker=None, now=now)
-        conn.execute(
-            Q["insert_task"],
-            {
-                "instance_id": new.id,
-                "node": new.initial,
-                "kind": new.kind,
-                "type": new.type,
-                "priority": new.priority,
-                "due_at": new.run_at if new.run_at is not None else now + new.delay,
-                "now": now,
-            },
-        )
 
     # -- runners ----------------------------------------------------------------------
     def claim(

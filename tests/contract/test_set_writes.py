@@ -3,8 +3,11 @@ set-based statements (SQLite): each row of the set, and only those, on both stor
 
 from __future__ import annotations
 
+import time
+import uuid
+
 from statemachine_wf.events import Ev, Status
-from statemachine_wf.store import Store
+from statemachine_wf.store import RESOLVE_ON_CLAIM, NewInstance, Store
 from tests.integration.core.test_store_contract import new
 
 from .helpers import TYPE, cancelled, claim_one
@@ -113,3 +116,28 @@ def test_a_heartbeat_logs_each_seen_claim_and_marks_each_new_one(store: Store) -
     assert (beats(a), beats(b)) == ([300, 30.5], [30.5])
     assert store.heartbeat(worker="w", lease=300, log_every=0) == 2
     assert (len(beats(a)), len(beats(b))) == (3, 2)
+
+
+def test_create_writes_the_row_its_event_and_its_task_once(store: Store) -> None:
+    iid = str(uuid.uuid4())
+    at = time.time() + 7200
+    new_one = NewInstance(iid, TYPE, {"n": 1}, "first", idempotency_key="k", run_at=at)
+    assert store.create(new_one) == (iid, True)
+    assert store.create(new_one) == (iid, False)  # a producer's retry: same id, same key
+    [event] = store.events(iid)
+    assert event.event_type == Ev.CREATED
+    assert event.payload == {"input": {"n": 1}, "initial": "first"}
+    task = store.task(iid)
+    assert task is not None
+    assert (task.node, task.slot, task.kind, task.type) == ("first", "", "machine", TYPE)
+    assert abs(task.due_at - at) < 0.01
+    bare = str(uuid.uuid4())  # started from SQL-like: the claim resolves the first step
+    assert store.create(NewInstance(bare, TYPE, {}, RESOLVE_ON_CLAIM, delay=60)) == (bare, True)
+    rec = store.get(bare)
+    assert rec is not None
+    assert rec.step is None
+    assert [e.payload for e in store.events(bare)] == [{"input": {}, "initial": None}]
+    task = store.task(bare)
+    assert task is not None
+    assert task.node == ""
+    assert 50 < task.due_at - time.time() <= 60

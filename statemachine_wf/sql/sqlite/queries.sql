@@ -1,19 +1,27 @@
 -- Named queries for the SQLite store. Parameters are named (:x); nothing is formatted in,
 -- except the number of `type LIKE ?` alternatives in claim filters (a count, not a value).
 
--- name: insert_instance
+-- name: create
+-- A script (one transaction), as PostgreSQL's statement of the same name: the instance
+-- unless its idempotency key is known (the upsert target is checked first: the same id
+-- and key again inserts nothing), then - only if that row went in (changes() is the
+-- previous statement's count) - its WORKFLOW_CREATED event and its task. Returns the id
+-- when created.
 INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
                           parent_id, parent_node, created_at, updated_at)
-VALUES (:id, :type, :kind, 'PENDING', :step, :input, :key, :priority, :parent_id, :parent_node,
-        :now, :now);
+VALUES (:id, :type, :kind, 'PENDING', nullif(:step, ''), :input, :key, :priority, :parent_id,
+        :parent_node, :now, :now)
+ON CONFLICT (idempotency_key) DO NOTHING;
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+SELECT :id, NULL, 'WORKFLOW_CREATED', NULL, :created, NULL, NULL, :now WHERE changes() = 1;
+INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, created_at)
+SELECT :id, '', :step, :kind, :type, :priority, coalesce(:run_at, :now + :delay), :now
+WHERE changes() = 1;
+SELECT :id AS id WHERE changes() = 1;
 
 -- name: insert_event
 INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
 VALUES (:instance_id, :node, :event_type, :attempt, :payload, :error, :worker, :now);
-
--- name: insert_task
-INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, created_at)
-VALUES (:instance_id, '', :node, :kind, :type, :priority, :due_at, :now);
 
 -- name: instance_by_key
 SELECT id, type FROM wf_instances WHERE idempotency_key = :key;
