@@ -57,6 +57,10 @@ class SqlStore(ABC):
 
     # -- primitives a dialect supplies -----------------------------------------------
     @abstractmethod
+    def migrate(self) -> int:
+        """Apply pending migrations (a dialect's connection runs this on first use)."""
+
+    @abstractmethod
     def _reading(self) -> AbstractContextManager[Any]:
         """A connection for reads (outside any write transaction), errors translated."""
 

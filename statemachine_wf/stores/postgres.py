@@ -11,30 +11,21 @@ notification channel is per schema so neighbours do not wake each other.
 
 from __future__ import annotations
 
-import logging
 import re
-import select
-import threading
-import time
-import uuid
-import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Sequence
 from typing import Any, assert_never
 
 from ..decide import Continue, Finish, KeepTask, Park, Reschedule
 from ..errors import (
     ConcurrencyConflict,
-    DataRejected,
     InvalidState,
     MigrationError,
     NotFound,
     PayloadTooLarge,
     SchemaTooNew,
     StoreError,
-    StoreUnavailable,
 )
-from ..limits import checked_dumps, configured_max_payload_bytes
+from ..limits import configured_max_payload_bytes
 from ..store import (
     Claim,
     Commit,
@@ -45,16 +36,13 @@ from ..store import (
     TaskRecord,
 )
 from ..waits import NewSignal
-from ._base import SqlStore
 from ._common import (
     Undecodable,
-    Wakeup,
     dag_apply_params,
     event_dicts,
     event_record,
     instance_record,
     key_clash,
-    loads,
     new_event_dicts,
     new_lease_token,
     projection_params,
@@ -64,144 +52,18 @@ from ._common import (
     undecodable,
 )
 from ._live import LiveHub, Subscription
-from ._sql import migrations, queries
+from ._sql import migrations
 
 try:
     import psycopg
     from psycopg import sql
-    from psycopg.rows import dict_row
-    from psycopg.types.json import Jsonb, set_json_loads
-    from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "the PostgreSQL store needs the postgres extra: pip install 'statemachine_wf[postgres]'"
     ) from exc
 
-from ._pglive import LiveListener, live_channel  # needs psycopg: after the check above
-
-log = logging.getLogger("statemachine_wf.postgres")
-Q = queries("postgres")
-_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-
-
-@contextmanager
-def wrap_errors() -> Iterator[None]:
-    """Translate driver errors in one place: a duplicate is a lost race, a lost or
-    unobtainable connection :class:`StoreUnavailable` (retried), a value the database
-    cannot store DataRejected (class 22 data exceptions, class 23 integrity violations,
-    text the driver cannot encode), the rest StoreError: the database, retried."""
-    try:
-        yield
-    except psycopg.errors.UniqueViolation as exc:
-        raise ConcurrencyConflict("?", -1) from exc
-    except (psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeError) as exc:
-        raise DataRejected(f"postgres: {type(exc).__name__}: {exc}") from exc
-    except psycopg.Error as exc:
-        if _unavailable(exc):
-            lost = not isinstance(exc, PoolTimeout)
-            raise StoreUnavailable(
-                f"postgres: {type(exc).__name__}: {_first_line(exc)}", lost=lost
-            ) from exc
-        raise StoreError(f"postgres: {type(exc).__name__}: {exc}") from exc
-
-
-# The server went away: class 08 (connection exception), 57P01-57P03 (admin shutdown,
-# crash shutdown, cannot connect now); psycopg's own errors without a SQLSTATE
-# ("server closed the connection unexpectedly", "the connection is closed").
-_GONE = ("57P01", "57P02", "57P03")
-
-
-def _unavailable(exc: psycopg.Error) -> bool:
-    if isinstance(exc, PoolTimeout):
-        return True
-    if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-        return False
-    state = exc.sqlstate
-    return state is None or state.startswith("08") or state in _GONE
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-class _QuietPool(logging.Filter):
-    """Keep psycopg_pool's per-attempt warnings about this package's pools out of the log.
-
-    While the database is away the pool logs a WARNING for every connection attempt
-    (``error connecting in 'swf-…'``) and for every dead connection it discards; the
-    store logs one WARNING when the database goes away and one when it is back instead.
-    The pool's records are kept, as DEBUG, when ``psycopg.pool`` is enabled for DEBUG.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.WARNING:
-            return True
-        args = record.args if isinstance(record.args, tuple) else ()
-        ours = getattr(_in_store, "depth", 0) > 0 or any(
-            isinstance(a, str) and a.startswith(_POOL_PREFIX) for a in args
-        )
-        if not ours or record.levelno < logging.WARNING:
-            return True
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return logging.getLogger("psycopg.pool").isEnabledFor(logging.DEBUG)
-
-
-_POOL_PREFIX = "swf-"
-_in_store = threading.local()  # >0 while this thread gets, returns or checks our connections
-_quiet = _QuietPool()
-logging.getLogger("psycopg.pool").addFilter(_quiet)  # a set: adding it twice is a no-op
-
-
-def _readable(fd: int) -> bool:
-    """Has the server sent anything on an idle connection (its goodbye, or EOF)?"""
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(0))
-    ready, _, _ = select.select([fd], [], [], 0)  # pragma: no cover - Windows
-    return bool(ready)
-
-
-class _Health:
-    """One WARNING when the database goes away and one when it is back, per store.
-
-    Back means a call succeeded on a connection opened after the outage began: after a
-    crash of the postmaster its old backends die one by one, and a call that one of them
-    still answers says nothing about the database.
-    """
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-        self._lock = threading.Lock()
-        self.down_since: float | None = None
-        self.down_epoch = 0
-
-    def lost(self, reason: object, epoch: int) -> None:
-        with self._lock:
-            if self.down_since is not None:
-                return
-            self.down_since = time.monotonic()
-            self.down_epoch = epoch
-        log.warning("database %s unavailable (%s); retrying until it is back", self.where, reason)
-
-    def ok(self, born: int) -> bool:
-        """A call succeeded on a connection opened at epoch ``born``; True if it is back."""
-        if self.down_since is None:  # the common case: no lock
-            return False
-        with self._lock:
-            since = self.down_since
-            if since is None or born < self.down_epoch:
-                return False
-            self.down_since = None
-        log.warning("database %s is back after %.1f s", self.where, time.monotonic() - since)
-        return True
-
-
-def _jsonb(value: Any) -> Jsonb:
-    """A jsonb parameter, checked and encoded by the check both stores share
-    (:func:`~statemachine_wf.limits.checked_dumps`): DataRejected for what no store keeps."""
-    text = checked_dumps(value)
-    return Jsonb(value, dumps=lambda _: text)
+from ._pgconn import PgConnections, Q, _jsonb, log  # needs psycopg: after the check above
+from ._pglive import LiveListener, live_channel
 
 
 def _sizes(message: str) -> tuple[int, int]:
@@ -210,233 +72,12 @@ def _sizes(message: str) -> tuple[int, int]:
     return (int(found.group(1)), int(found.group(2))) if found else (-1, -1)
 
 
-class PostgresStore(SqlStore):
-    """A :class:`~statemachine_wf.store.Store` on PostgreSQL."""
+class PostgresStore(PgConnections):
+    """A :class:`~statemachine_wf.store.Store` on PostgreSQL (its connections, the pool and
+    LISTEN, are :class:`~statemachine_wf.stores._pgconn.PgConnections`)."""
 
     dialect = "postgres"
     json_decoded = True  # jsonb comes back decoded (by _common.loads, see _configured)
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        schema: str = "public",
-        pool_size: int = 16,
-        listen: bool = True,
-        pool_timeout: float = 30.0,
-        reconnect_interval: float = 0.5,
-    ) -> None:
-        """Open the pool (waiting up to ``pool_timeout`` s for a first connection).
-
-        Args:
-            url: ``postgresql://user@host:port/db`` (libpq parameters such as
-                ``?connect_timeout=5`` may be added).
-            schema: the schema of every table (created by :meth:`migrate`).
-            pool_size: most connections the pool opens.
-            listen: wake runners on ``LISTEN``/``NOTIFY`` (one extra connection).
-            pool_timeout: seconds a call waits for a connection before it raises
-                :class:`~statemachine_wf.errors.StoreUnavailable`; while the database is
-                away, runners keep calling, so they wait as long as it takes.
-            reconnect_interval: seconds between connection attempts while the database
-                is away (the pool does not back off): the store is usable again about
-                this long after the database is back.
-        """
-        if not _IDENT.match(schema):
-            raise ValueError(f"schema must be a lowercase identifier, got {schema!r}")
-        if not pool_timeout > 0:
-            raise ValueError(f"pool_timeout must be > 0 seconds, got {pool_timeout}")
-        if not reconnect_interval > 0:
-            raise ValueError(f"reconnect_interval must be > 0 seconds, got {reconnect_interval}")
-        self.url = url
-        self.schema = schema
-        self.channel = f"swf_wake_{schema}"
-        info = psycopg.conninfo.conninfo_to_dict(url)
-        self._health = _Health(  # no credentials in the log
-            f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/"
-            f"{info.get('dbname', '')} (schema {schema})"
-        )
-        # Connections known good since the last lost one: `_losses` counts losses, and a
-        # pooled connection checked before the latest one is checked again at checkout.
-        self._losses = 0
-        self._back_at = 0  # `_losses` when the database was last back (or first opened):
-        # a connection born before then that is found dead is a leftover of that outage
-        self._verified: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._born: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._closed = threading.Event()
-        # psycopg_pool backs off exponentially (1, 2, 4, ... s) between connection
-        # attempts, so after a 35 s outage the next attempt came up to 30 s late. Instead
-        # each attempt gives up after `reconnect_interval` and the pool is asked to grow
-        # again at once (`_regrow`): one attempt every interval for as long as it takes.
-        self._pool = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=pool_size,
-            kwargs={
-                "autocommit": True,
-                "row_factory": dict_row,
-                "options": f"-c search_path={schema}",
-            },
-            configure=self._configured,
-            open=False,
-            name=f"{_POOL_PREFIX}{schema}-{uuid.uuid4().hex[:6]}",
-            timeout=pool_timeout,
-            reconnect_timeout=reconnect_interval,
-            reconnect_failed=self._regrow,
-        )
-        try:
-            with wrap_errors():
-                self._pool.open(wait=True, timeout=pool_timeout)
-        except StoreError:
-            self._closed.set()
-            self._pool.close()
-            raise
-        self._listen = listen
-        self._wakeup = Wakeup()
-        self._listener_lock = threading.Lock()
-        self._listener: threading.Thread | None = None
-        self._migrated = False
-        self._live: LiveListener | None = None
-
-    # -- plumbing ---------------------------------------------------------------------
-    def _configured(self, conn: psycopg.Connection[Any]) -> None:
-        self._verified[conn] = self._born[conn] = self._losses  # fresh: good until a loss
-        # json/jsonb decode with _common.loads: a value nested too deep for Python becomes
-        # Undecodable instead of raising RecursionError out of a fetch (which left a
-        # claimed task leased for ever).
-        set_json_loads(loads, conn)
-
-    def _regrow(self, pool: ConnectionPool[Any]) -> None:
-        """A connection attempt gave up: make the next one now (see ``__init__``)."""
-        if self._closed.is_set():
-            return
-        _in_store.depth = getattr(_in_store, "depth", 0) + 1  # its warnings are ours
-        try:
-            pool.check()
-        finally:
-            _in_store.depth -= 1
-
-    def _checkout(self) -> psycopg.Connection[Any]:
-        """A pooled connection that is not known to be dead.
-
-        After a restart the pool's idle connections are dead: the server said goodbye on
-        each (its socket is readable) or, after a crash, may not have yet. A readable
-        one, or any connection checked before the latest lost one, gets a round trip
-        first; a dead one is discarded and the next taken, without the pool's back-off.
-        Otherwise the check is one ``poll`` system call, no round trip.
-        """
-        for _ in range(self._pool.max_size + 1):
-            conn = self._pool.getconn()
-            try:
-                if (
-                    not conn.closed
-                    and self._verified.get(conn, -1) >= self._losses
-                    and not _readable(conn.fileno())
-                ):
-                    return conn
-                ConnectionPool.check_connection(conn)
-            except psycopg.Error as exc:
-                conn.close()  # nothing was sent on it: take the next one
-                self._pool.putconn(conn)
-                if self._born.get(conn, -1) >= self._back_at:
-                    self._lost(f"the server closed a connection: {_first_line(exc)}")
-                # else a leftover of an outage already reported: it says nothing new
-                continue
-            except BaseException:
-                self._pool.putconn(conn)
-                raise
-            self._verified[conn] = self._losses
-            return conn
-        return self._pool.getconn()  # every one was dead: wait for a fresh connection
-
-    def _lost(self, reason: object) -> None:
-        """The database went away (a dead connection, a failed call): say it once, and
-        have every pooled connection checked again before its next use."""
-        self._losses += 1
-        self._health.lost(reason, self._losses)
-
-    @contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
-        if not self._migrated:
-            self._migrated = True
-            self.migrate()
-        _in_store.depth = getattr(_in_store, "depth", 0) + 1
-        born = -1
-        try:
-            with wrap_errors():
-                conn = self._checkout()
-                born = self._born.get(conn, -1)
-                try:
-                    with conn:
-                        yield conn
-                finally:
-                    self._pool.putconn(conn)
-        except StoreUnavailable as exc:
-            self._lost(exc)
-            raise
-        finally:
-            _in_store.depth -= 1
-        if self._health.ok(born):
-            self._back_at = self._losses
-
-    # -- the primitives of SqlStore ------------------------------------------------------
-    def _reading(self) -> AbstractContextManager[psycopg.Connection[Any]]:
-        return self._conn()
-
-    @contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._conn() as conn, conn.transaction():
-            yield conn
-
-    def _statement(self) -> AbstractContextManager[psycopg.Connection[Any]]:
-        return self._conn()  # autocommit: one statement is one commit
-
-    def _run(
-        self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]
-    ) -> psycopg.Cursor[Any]:
-        return conn.execute(Q[name], params)
-
-    def _encode(self, value: Any) -> Jsonb:
-        return _jsonb(value)
-
-    def _array(self, values: Sequence[Any]) -> list[Any]:
-        return list(values)
-
-    def _params(self, **params: Any) -> dict[str, Any]:
-        # The NOTIFY channel of the statements that make work due; `now` is unused (now()).
-        return {"now": time.time(), "channel": self.channel, **params}
-
-    def _may_exist(self, instance_id: str) -> bool:
-        try:
-            uuid.UUID(instance_id)
-        except (ValueError, TypeError, AttributeError):
-            return False
-        return True
-
-    def _kind_conflict(self, exc: Exception) -> bool:
-        # The trigger of migration 011 raises SQLSTATE SWF04.
-        return isinstance(exc, psycopg.Error) and exc.sqlstate == "SWF04"
-
-    def _one(self, query: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        with self._conn() as conn:
-            row: dict[str, Any] | None = conn.execute(query, params).fetchone()
-            return row
-
-    def _all(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        with self._conn() as conn:
-            return list(conn.execute(query, params).fetchall())
-
-    def close(self) -> None:
-        self._closed.set()
-        self.wake()
-        if self._live is not None:
-            self._live.stop()
-        if self._listener is not None:
-            self._listener.join(timeout=5)
-        self._pool.close()
 
     # -- schema -----------------------------------------------------------------------
     def migrate(self) -> int:
@@ -672,53 +313,6 @@ class PostgresStore(SqlStore):
                 commit.instance_id, commit.version, None if current is None else current.version
             )
         return int(row["version"])
-
-    def wait_for_work(self, timeout: float) -> bool:
-        if self._listen and self._listener is None:
-            self._start_listener()
-        return self._wakeup.wait(timeout)
-
-    def nudge(self) -> None:
-        self._wakeup.nudge()
-
-    def wake(self) -> None:
-        self._wakeup.wake_all()
-
-    def _start_listener(self) -> None:
-        with self._listener_lock:
-            if self._listener is not None:
-                return
-            ready = threading.Event()
-            self._listener = threading.Thread(
-                target=self._listen_loop, args=(ready,), name="swf-listen", daemon=True
-            )
-            self._listener.start()
-        ready.wait(timeout=10)
-
-    def _listen_loop(self, ready: threading.Event) -> None:
-        # A dedicated connection: LISTEN state must not leak into the pool. On any error
-        # (the server restarted) wake everyone, wait a little and connect again; once
-        # listening again wake everyone too, for the notifications sent meanwhile.
-        lost = False
-        while not self._closed.is_set():
-            try:
-                with psycopg.connect(self.url, autocommit=True) as conn:
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-                    ready.set()
-                    if lost:
-                        lost = False
-                        log.debug("listener: listening again")
-                        self.wake()
-                    while not self._closed.is_set():
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            self.nudge()
-            except psycopg.Error as exc:
-                # The pool's next call says it on the log (once), not every attempt here.
-                log.debug("listener connection lost (%s); reconnecting", _first_line(exc))
-                lost = True
-                ready.set()
-                self.wake()
-                self._closed.wait(self._pool.reconnect_timeout)
 
     # -- dead letters ----------------------------------------------------------------
     def quarantine(self, instance_id: str, *, reason: str, worker: str) -> None:
