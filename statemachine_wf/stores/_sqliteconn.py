@@ -1,0 +1,240 @@
+"""The SQLite store's connections: one per thread, the writer lock, error translation.
+
+Everything :class:`~statemachine_wf.stores.sqlite.SQLiteStore` needs to talk to the file,
+apart from the SQL: a connection per thread (WAL, ``synchronous``, foreign keys), every
+write in ``BEGIN IMMEDIATE`` behind an in-process writer lock, the one wrapper that turns
+driver errors into the port's (:func:`wrap_errors`), the primitives of
+:class:`~statemachine_wf.stores._base.SqlStore` (a named query may be a short script),
+and the wake-ups: an in-process condition, and a watcher of ``PRAGMA data_version`` for
+other processes' commits (which also feeds the live updates).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
+from typing import Any
+
+from ..errors import ConcurrencyConflict, DataRejected, StoreError
+from ._base import SqlStore
+from ._common import Wakeup, dumps
+from ._live import LiveHub
+from ._sql import queries, split_statements
+
+Q = queries("sqlite")
+_SCRIPTS = {name: split_statements(text) for name, text in Q.items()}
+log = logging.getLogger("statemachine_wf.sqlite")
+
+
+@contextmanager
+def wrap_errors() -> Iterator[None]:
+    """Translate driver errors in one place: a duplicate is a lost race, a value the
+    database cannot store DataRejected, the rest StoreError.
+
+    As the PostgreSQL store's: callers that know which row a unique index refused
+    translate the duplicate themselves first (with the instance and version).
+    """
+    try:
+        yield
+    except sqlite3.IntegrityError as exc:
+        if "UNIQUE constraint failed" in str(exc):
+            raise ConcurrencyConflict("?", -1) from exc
+        raise DataRejected(f"sqlite: {type(exc).__name__}: {exc}") from exc
+    except (sqlite3.DataError, OverflowError, UnicodeEncodeError) as exc:
+        raise DataRejected(f"sqlite: {type(exc).__name__}: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise StoreError(f"sqlite: {type(exc).__name__}: {exc}") from exc
+
+
+class _Result:
+    """A statement's rows, fetched to the end (so the statement is finished before
+    COMMIT, a RETURNING one included) and its row count."""
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self.rows: list[sqlite3.Row] = cursor.fetchall()
+        self.rowcount = cursor.rowcount
+
+    def fetchone(self) -> sqlite3.Row | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[sqlite3.Row]:
+        return self.rows
+
+
+class SQLiteConnections(SqlStore):
+    """A :class:`SqlStore` on one SQLite file: the connection side of the store."""
+
+    def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout: float = 30.0):
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+        self.path = path
+        self.synchronous = synchronous.upper()
+        self.busy_timeout = busy_timeout
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._wakeup = Wakeup()
+        self._writer = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._migrated = False
+        self._live = LiveHub(start=self._ensure_watcher)
+
+    # -- connections ------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            with wrap_errors():
+                conn = sqlite3.connect(
+                    self.path,
+                    timeout=self.busy_timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+                conn.row_factory = sqlite3.Row
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={self.synchronous}")  # validated above
+                conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+            with self._lock:
+                self._conns.append(conn)
+        if not self._migrated:
+            self._migrated = True
+            self.migrate()
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        # Threads of this process queue here: SQLite's own busy handler backs off with
+        # sleeps of up to 100 ms, which would dominate a step. Other processes still
+        # meet the file lock and busy_timeout.
+        appended = self._appended(conn)
+        # wrap_errors covers the whole transaction, the writes inside it included: a
+        # driver error anywhere (busy beyond busy_timeout, disk full, I/O) is the
+        # database's, a StoreError, never the instance's fault.
+        with self._writer, wrap_errors():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                appended.clear()
+                # SQLite may have rolled back already (some errors end the transaction);
+                # a failed COMMIT leaves it open. Either way the connection must leave
+                # here outside any transaction, and the original error is what matters.
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+        if appended:
+            for instance_id, seq in appended.items():
+                self._live.publish(instance_id, seq)
+            appended.clear()
+
+    def _appended(self, conn: sqlite3.Connection) -> dict[str, int]:
+        """This connection's events appended in the open transaction: instance -> last seq.
+
+        Filled by a TEMP trigger (per connection, so other tools writing the file need no
+        function of ours) and published to live watchers after COMMIT.
+        """
+        appended: dict[str, int] | None = getattr(self._local, "appended", None)
+        if appended is None:
+            found: dict[str, int] = {}
+
+            def note(instance_id: str, seq: int) -> None:
+                found[instance_id] = seq
+
+            with wrap_errors():
+                conn.create_function("swf_live_note", 2, note, deterministic=False)
+                conn.execute(
+                    "CREATE TEMP TRIGGER IF NOT EXISTS swf_live_note AFTER INSERT ON "
+                    "main.wf_events BEGIN SELECT swf_live_note(NEW.instance_id, NEW.seq); END"
+                )
+            self._local.appended = appended = found
+        return appended
+
+    # -- the primitives of SqlStore ------------------------------------------------------
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        with wrap_errors():
+            yield self._conn()
+
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._write()
+
+    def _run(self, conn: sqlite3.Connection, name: str, params: dict[str, Any]) -> _Result:
+        # A query may be a short script: its statements run in order (in the caller's
+        # transaction), and the last one's rows are the result.
+        *head, last = _SCRIPTS[name]
+        for statement in head:
+            conn.execute(statement, params)
+        return _Result(conn.execute(last, params))
+
+    def _encode(self, value: Any) -> str:
+        return dumps(value)
+
+    def _array(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))  # read back with json_each
+
+    def _made_due(self) -> None:
+        self.nudge()
+
+    def _kind_conflict(self, exc: Exception) -> bool:
+        # RAISE(ABORT) in the triggers of migration 011: an IntegrityError with their text.
+        return isinstance(exc, sqlite3.IntegrityError) and "type is registered as a" in str(exc)
+
+    def live_hub(self) -> LiveHub:
+        return self._live
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=2)
+            self._watcher = None
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns.clear()
+        self._local = threading.local()
+
+    def wait_for_work(self, timeout: float) -> bool:
+        self._ensure_watcher()
+        return self._wakeup.wait(timeout)
+
+    def nudge(self) -> None:
+        self._wakeup.nudge()
+
+    def wake(self) -> None:
+        self._wakeup.wake_all()
+
+    def _ensure_watcher(self) -> None:
+        # One thread per store notices other processes' commits through PRAGMA
+        # data_version (a shared-memory read, no query) and wakes one worker.
+        with self._lock:
+            if self._watcher is not None:
+                return
+            self._watcher = threading.Thread(
+                target=self._watch, name="swf-sqlite-watch", daemon=True
+            )
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False)
+        try:
+            seen = conn.execute("PRAGMA data_version").fetchone()[0]
+            self._live.publish_all()  # what committed before that first read
+            while not self._closed.wait(0.005):
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != seen:
+                    seen = version
+                    self.nudge()
+                    self._live.publish_all()  # another process may have appended events
+        except sqlite3.Error:
+            log.exception("sqlite watcher stopped; workers fall back to their due-time sleeps")
+        finally:
+            conn.close()
