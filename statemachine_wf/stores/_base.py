@@ -31,7 +31,7 @@ from ..errors import ConcurrencyConflict, InvalidState, StoreError, TypeKindConf
 from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
 from ..store import KIND_NAMES, InstanceRecord, NewInstance, TaskRecord, TypeKind, like_prefix
-from ..waits import SignalRecord
+from ..waits import NewSignal, SignalRecord
 from ._common import (
     event_record,
     incarnation_prefix,
@@ -321,7 +321,34 @@ class SqlStore(ABC):
         row = self._read_one("lock_holder", key=key)
         return None if row is None else str(row["holder"])
 
-    # -- Signals: reads -----------------------------------------------------------------
+    # -- Signals ------------------------------------------------------------------------
+    @abstractmethod
+    def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:
+        """The domain error for a refusal of the signal trigger (migration 005: no such
+        instance, an ended one, a payload over the stored limit); None for another."""
+
+    def signal(self, new: NewSignal) -> int:
+        # The insert bumps the instance's version (a trigger), so a decision made before
+        # the signal arrived loses its CAS and is made again with the signal in view.
+        try:
+            row = self._write_one(
+                "signal_insert",
+                instance_id=new.instance_id,
+                name=new.name,
+                payload=self._encode(new.payload),
+                token=new.token,
+                delay=new.delay,
+            )
+        except StoreError as exc:
+            refusal = self._signal_refusal(exc, new)
+            if refusal is not None:
+                raise refusal from None
+            raise
+        if row is None:
+            raise StoreError(f"{self.dialect}: signal {new.name!r}: the insert returned no id")
+        self._made_due()
+        return int(row["id"])
+
     def pending_signals(self, instance_id: str) -> list[SignalRecord]:
         rows = self._read_all("signals_pending", instance_id=instance_id)
         return [signal_record(r, decoded=self.json_decoded) for r in rows]

@@ -324,33 +324,20 @@ class PostgresStore(PgConnections):
             )
 
     # -- signals and timers ---------------------------------------------------------------
-    def signal(self, new: NewSignal) -> int:
-        params = {
-            "instance_id": new.instance_id,
-            "name": new.name,
-            "payload": _jsonb(new.payload),
-            "token": new.token,
-            "delay": new.delay,
-        }
-        try:
-            row = self._one(Q["signal_insert"], params)
-        except StoreError as exc:
-            # The trigger's refusals (sql/postgres/005_signals.sql) become domain errors.
-            cause = exc.__cause__
-            state = getattr(cause, "sqlstate", None)
-            if state == "SWF01" or isinstance(cause, psycopg.errors.InvalidTextRepresentation):
-                raise NotFound(f"no workflow instance {new.instance_id!r}") from None
-            if state == "SWF02" and isinstance(cause, psycopg.Error):
-                message = cause.diag.message_primary or str(cause)
-                raise InvalidState(message.removeprefix("wf_signals: ")) from None
-            if state == "54000" and isinstance(cause, psycopg.Error):
-                # The limit in wf_settings (migration 006) is below this process's.
-                size, limit = _sizes(cause.diag.message_primary or "")
-                raise PayloadTooLarge(f"signal {new.name!r} payload", size, limit) from None
-            raise
-        if row is None:
-            raise StoreError(f"postgres: signal {new.name!r}: the insert returned no id")
-        return int(row["id"])
+    def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:
+        # The trigger's refusals (sql/postgres/005_signals.sql), told apart by SQLSTATE.
+        cause = exc.__cause__
+        state = getattr(cause, "sqlstate", None)
+        if state == "SWF01" or isinstance(cause, psycopg.errors.InvalidTextRepresentation):
+            return NotFound(f"no workflow instance {new.instance_id!r}")
+        if state == "SWF02" and isinstance(cause, psycopg.Error):
+            message = cause.diag.message_primary or str(cause)
+            return InvalidState(message.removeprefix("wf_signals: "))
+        if state == "54000" and isinstance(cause, psycopg.Error):
+            # The limit in wf_settings (migration 006) is below this process's.
+            size, limit = _sizes(cause.diag.message_primary or "")
+            return PayloadTooLarge(f"signal {new.name!r} payload", size, limit)
+        return None
 
     # -- DAG instances --------------------------------------------------------------------
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:

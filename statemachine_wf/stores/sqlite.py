@@ -383,18 +383,8 @@ class SQLiteStore(SQLiteConnections):
         for envelope, reason in w.dead:
             _insert_dead_letter(conn, instance_id, envelope, reason, worker, now)
         if w.timer is not None:
-            conn.execute(
-                Q["signal_insert"],
-                {
-                    "instance_id": instance_id,
-                    "kind": "timer",
-                    "name": "timer",
-                    "payload": "null",
-                    "token": w.timer.token,
-                    "due_at": w.timer.due,
-                    "now": now,
-                },
-            )
+            params = {"instance_id": instance_id, "token": w.timer.token, "due_at": w.timer.due}
+            conn.execute(Q["timer_insert"], {**params, "now": now})
 
     def _insert_events(
         self,
@@ -465,39 +455,20 @@ class SQLiteStore(SQLiteConnections):
         _insert_dead_letter(conn, instance_id, envelope, reason, worker, now)
 
     # -- signals and timers ---------------------------------------------------------------
-    def signal(self, new: NewSignal) -> int:
-        now = time.time()
-        try:
-            with self._write() as conn, wrap_errors():
-                row = conn.execute(
-                    Q["signal_insert"],
-                    {
-                        "instance_id": new.instance_id,
-                        "kind": "signal",
-                        "name": new.name,
-                        "payload": dumps(new.payload),
-                        "token": new.token,
-                        "due_at": now + new.delay,
-                        "now": now,
-                    },
-                ).fetchone()
-        except StoreError as exc:
-            # The trigger's refusals (sql/sqlite/005_signals.sql) become domain errors.
-            text = str(exc)
-            if "no such workflow instance" in text:
-                raise NotFound(f"no workflow instance {new.instance_id!r}") from None
-            if "has ended" in text:
-                raise InvalidState(
-                    f"workflow instance {new.instance_id} has ended; it takes no more signals"
-                ) from None
-            if "payload over the limit" in text:
-                # The limit in wf_settings (migration 006) is below this process's.
-                size = len(dumps(new.payload).encode())
-                what = f"signal {new.name!r} payload"
-                raise PayloadTooLarge(what, size, self._max_payload_bytes()) from None
-            raise
-        self.nudge()
-        return int(row["id"])
+    def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:
+        # The trigger's refusals (sql/sqlite/005_signals.sql), told apart by their text.
+        text = str(exc)
+        if "no such workflow instance" in text:
+            return NotFound(f"no workflow instance {new.instance_id!r}")
+        if "has ended" in text:
+            return InvalidState(
+                f"workflow instance {new.instance_id} has ended; it takes no more signals"
+            )
+        if "payload over the limit" in text:
+            # The limit in wf_settings (migration 006) is below this process's.
+            size = len(dumps(new.payload).encode())
+            return PayloadTooLarge(f"signal {new.name!r} payload", size, self._max_payload_bytes())
+        return None
 
     def _max_payload_bytes(self) -> int:
         with wrap_errors():

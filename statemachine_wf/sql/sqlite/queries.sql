@@ -230,8 +230,13 @@ WHERE instance_id = :instance_id AND slot = '';
 
 -- name: signal_insert
 INSERT INTO wf_signals (instance_id, kind, name, payload, token, due_at, created_at)
-VALUES (:instance_id, :kind, :name, :payload, :token, :due_at, :now)
+VALUES (:instance_id, 'signal', :name, :payload, :token, :now + :delay, :now)
 RETURNING id;
+
+-- name: timer_insert
+-- A wait's deadline: a row of kind 'timer' due then (decide's SignalWrites.timer).
+INSERT INTO wf_signals (instance_id, kind, name, payload, token, due_at, created_at)
+VALUES (:instance_id, 'timer', 'timer', 'null', :token, :due_at, :now);
 
 -- name: signal_settle
 UPDATE wf_signals SET state = :state, settled_at = :now
