@@ -4,8 +4,8 @@ Everything :class:`~statemachine_wf.stores.postgres.PostgresStore` needs to talk
 server, apart from the SQL: a ``psycopg_pool`` pool of autocommit connections (checked
 after an outage, re-grown at a fixed interval while the database is away), the one
 wrapper that turns driver errors into the port's (:func:`wrap_errors`), the primitives of
-:class:`~statemachine_wf.stores._base.SqlStore`, and the ``LISTEN`` thread that wakes
-idle runners.
+:class:`~statemachine_wf.stores._base.SqlStore`, the ``LISTEN`` thread that wakes idle
+runners, and the migrations the first call applies.
 """
 
 from __future__ import annotations
@@ -21,11 +21,18 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from ..errors import ConcurrencyConflict, DataRejected, StoreError, StoreUnavailable
-from ..limits import checked_dumps
+from ..errors import (
+    ConcurrencyConflict,
+    DataRejected,
+    MigrationError,
+    SchemaTooNew,
+    StoreError,
+    StoreUnavailable,
+)
+from ..limits import checked_dumps, configured_max_payload_bytes
 from ._base import SqlStore
 from ._common import Wakeup, loads
-from ._sql import queries
+from ._sql import migrations, queries
 
 try:
     import psycopg
@@ -436,3 +443,38 @@ class PgConnections(SqlStore):
                 ready.set()
                 self.wake()
                 self._closed.wait(self._pool.reconnect_timeout)
+
+    # -- schema -----------------------------------------------------------------------
+    def migrate(self) -> int:
+        self._migrated = True
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                # One migrator at a time across every process.
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                )
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS wf_schema_migrations "
+                    "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+                rows: list[Any] = conn.execute(
+                    "SELECT version FROM wf_schema_migrations"
+                ).fetchall()
+                done = {r["version"] for r in rows}
+                known = max((n for n, _ in migrations("postgres")), default=0)
+                if done and max(done) > known:
+                    raise SchemaTooNew(max(done), known)
+                for number, script in migrations("postgres"):
+                    if number not in done:
+                        conn.execute(script.encode())
+                        conn.execute(
+                            "INSERT INTO wf_schema_migrations (version) VALUES (%s)", (number,)
+                        )
+                limit = configured_max_payload_bytes()
+                if limit is not None:
+                    setting = {"name": "max_payload_bytes", "value": str(limit)}
+                    conn.execute(Q["set_setting"], setting)
+        except psycopg.Error as exc:
+            raise MigrationError(f"postgres migration failed: {exc}") from exc
+        return max((n for n, _ in migrations("postgres")), default=0)

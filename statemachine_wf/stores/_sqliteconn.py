@@ -5,8 +5,9 @@ apart from the SQL: a connection per thread (WAL, ``synchronous``, foreign keys)
 write in ``BEGIN IMMEDIATE`` behind an in-process writer lock, the one wrapper that turns
 driver errors into the port's (:func:`wrap_errors`), the primitives of
 :class:`~statemachine_wf.stores._base.SqlStore` (a named query may be a short script),
-and the wake-ups: an in-process condition, and a watcher of ``PRAGMA data_version`` for
-other processes' commits (which also feeds the live updates).
+the wake-ups (an in-process condition, and a watcher of ``PRAGMA data_version`` for
+other processes' commits, which also feeds the live updates), and the migrations the
+first connection applies.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
-from ..errors import ConcurrencyConflict, DataRejected, StoreError
+from ..errors import ConcurrencyConflict, DataRejected, MigrationError, SchemaTooNew, StoreError
+from ..limits import configured_max_payload_bytes
 from ._base import SqlStore
 from ._common import Wakeup, dumps
 from ._live import LiveHub
-from ._sql import queries, split_statements
+from ._sql import migrations, queries, split_statements
 
 Q = queries("sqlite")
 _SCRIPTS = {name: split_statements(text) for name, text in Q.items()}
@@ -238,3 +241,38 @@ class SQLiteConnections(SqlStore):
             log.exception("sqlite watcher stopped; workers fall back to their due-time sleeps")
         finally:
             conn.close()
+
+    # -- schema -----------------------------------------------------------------------
+    def migrate(self) -> int:
+        self._migrated = True
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS wf_schema_migrations "
+                "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+            )
+            done = {r[0] for r in conn.execute("SELECT version FROM wf_schema_migrations")}
+            known = max((n for n, _ in migrations("sqlite")), default=0)
+            if done and max(done) > known:
+                conn.execute("ROLLBACK")
+                raise SchemaTooNew(max(done), known)
+            for number, script in migrations("sqlite"):
+                if number in done:
+                    continue
+                for statement in split_statements(script):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO wf_schema_migrations VALUES (?, ?)", (number, time.time())
+                )
+            limit = configured_max_payload_bytes()
+            if limit is not None:
+                conn.execute(
+                    Q["set_setting"],
+                    {"name": "max_payload_bytes", "value": str(limit), "now": time.time()},
+                )
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            raise MigrationError(f"sqlite migration failed: {exc}") from exc
+        return max((n for n, _ in migrations("sqlite")), default=0)

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, assert_never
+from typing import assert_never
 
 from ..decide import Continue, Finish, KeepTask, Park, Reschedule
 from ..errors import (
     ConcurrencyConflict,
     InvalidState,
-    MigrationError,
     NotFound,
     PayloadTooLarge,
-    SchemaTooNew,
     StoreError,
 )
-from ..limits import configured_max_payload_bytes
 from ..store import (
     Claim,
     Commit,
@@ -52,7 +49,6 @@ from ._common import (
     undecodable,
 )
 from ._live import LiveHub, Subscription
-from ._sql import migrations
 
 try:
     import psycopg
@@ -78,41 +74,6 @@ class PostgresStore(PgConnections):
 
     dialect = "postgres"
     json_decoded = True  # jsonb comes back decoded (by _common.loads, see _configured)
-
-    # -- schema -----------------------------------------------------------------------
-    def migrate(self) -> int:
-        self._migrated = True
-        try:
-            with self._pool.connection() as conn, conn.transaction():
-                # One migrator at a time across every process.
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
-                conn.execute(
-                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
-                )
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS wf_schema_migrations "
-                    "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-                )
-                rows: list[Any] = conn.execute(
-                    "SELECT version FROM wf_schema_migrations"
-                ).fetchall()
-                done = {r["version"] for r in rows}
-                known = max((n for n, _ in migrations("postgres")), default=0)
-                if done and max(done) > known:
-                    raise SchemaTooNew(max(done), known)
-                for number, script in migrations("postgres"):
-                    if number not in done:
-                        conn.execute(script.encode())
-                        conn.execute(
-                            "INSERT INTO wf_schema_migrations (version) VALUES (%s)", (number,)
-                        )
-                limit = configured_max_payload_bytes()
-                if limit is not None:
-                    setting = {"name": "max_payload_bytes", "value": str(limit)}
-                    conn.execute(Q["set_setting"], setting)
-        except psycopg.Error as exc:
-            raise MigrationError(f"postgres migration failed: {exc}") from exc
-        return max((n for n, _ in migrations("postgres")), default=0)
 
     # -- producers --------------------------------------------------------------------
     def create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:

@@ -19,14 +19,12 @@ from ..decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
 from ..errors import (
     ConcurrencyConflict,
     InvalidState,
-    MigrationError,
     NotFound,
     PayloadTooLarge,
-    SchemaTooNew,
     StoreError,
 )
 from ..events import Ev
-from ..limits import DEFAULT_MAX_PAYLOAD_BYTES, configured_max_payload_bytes
+from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ..store import (
     Claim,
     Commit,
@@ -53,7 +51,6 @@ from ._common import (
     task_record,
     undecodable,
 )
-from ._sql import migrations, split_statements
 from ._sqliteconn import Q, SQLiteConnections, wrap_errors
 
 
@@ -94,41 +91,6 @@ class SQLiteStore(SQLiteConnections):
 
     dialect = "sqlite"
     json_decoded = False  # JSON columns are TEXT: decoded by the records
-
-    # -- schema -----------------------------------------------------------------------
-    def migrate(self) -> int:
-        self._migrated = True
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS wf_schema_migrations "
-                "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
-            )
-            done = {r[0] for r in conn.execute("SELECT version FROM wf_schema_migrations")}
-            known = max((n for n, _ in migrations("sqlite")), default=0)
-            if done and max(done) > known:
-                conn.execute("ROLLBACK")
-                raise SchemaTooNew(max(done), known)
-            for number, script in migrations("sqlite"):
-                if number in done:
-                    continue
-                for statement in split_statements(script):
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO wf_schema_migrations VALUES (?, ?)", (number, time.time())
-                )
-            limit = configured_max_payload_bytes()
-            if limit is not None:
-                conn.execute(
-                    Q["set_setting"],
-                    {"name": "max_payload_bytes", "value": str(limit), "now": time.time()},
-                )
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
-            raise MigrationError(f"sqlite migration failed: {exc}") from exc
-        return max((n for n, _ in migrations("sqlite")), default=0)
 
     # -- producers --------------------------------------------------------------------
     def create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
@@ -573,76 +535,28 @@ class SQLiteStore(SQLiteConnections):
 
     def dag_apply(self, commit: DagCommit) -> int:
         now = time.time()
-        params = dag_apply_params(commit, dumps)
+        params = {**dag_apply_params(commit, dumps), "now": now}
         d = commit.decision
         with self._write() as conn:
-            cur = conn.execute(
-                Q["dag_update_instance"],
-                {
-                    "id": commit.instance_id,
-                    "version": commit.version,
-                    "status": params["status"],
-                    "progress": params["progress"],
-                    "error": params["error"],
-                    "now": now,
-                },
-            )
-            if cur.rowcount != 1:
+            # The CAS: nothing below is written unless the version is still the one the
+            # decision was made on (under the writer lock, nobody moves it meanwhile).
+            if conn.execute(Q["dag_update_instance"], params).rowcount != 1:
                 row = conn.execute(Q["get_instance"], {"id": commit.instance_id}).fetchone()
                 raise ConcurrencyConflict(
                     commit.instance_id, commit.version, None if row is None else int(row["version"])
                 )
-            self._insert_events(
-                conn,
-                commit.instance_id,
-                new_event_dicts(d.events),
-                worker=commit.worker,
-                now=now,
-            )
-            if d.dead_letter is not None:
-                conn.execute(
-                    Q["dead_letter_instance"],
-                    {
-                        "id": commit.instance_id,
-                        "reason": d.dead_letter,
-                        "worker": commit.worker,
-                        "now": now,
-                        "step": None,
-                        "status": params["status"],
-                        "error": params["error"],
-                    },
-                )
-            if d.finish:
-                conn.execute(Q["dag_tasks_finish"], {"instance_id": commit.instance_id})
-            elif d.done is not None:
-                conn.execute(
-                    Q["dag_task_done"], {"instance_id": commit.instance_id, "slot": d.done}
-                )
-            if d.retry is not None:
-                conn.execute(
-                    Q["dag_task_retry"],
-                    {
-                        "instance_id": commit.instance_id,
-                        "slot": d.retry.node,
-                        "due_at": now + d.retry.delay,
-                        "failures": d.retry.failures,
-                        "worker": commit.worker,
-                    },
-                )
-            for t in d.dispatch:
-                try:
-                    conn.execute(
-                        Q["dag_insert_task"],
-                        {
-                            "instance_id": commit.instance_id,
-                            "node": t.node,
-                            "due_at": now + t.delay,
-                            "attempt": t.attempt,
-                            "now": now,
-                        },
-                    )
-                except sqlite3.IntegrityError as exc:
-                    raise ConcurrencyConflict(commit.instance_id, commit.version) from exc
+            events = new_event_dicts(d.events)
+            self._insert_events(conn, commit.instance_id, events, worker=commit.worker, now=now)
+            self._run(conn, "dag_apply_tasks", params)  # dead letter, done/finish, retry
+            task = {"instance_id": commit.instance_id, "now": now}
+            added = [
+                {**task, "node": t.node, "attempt": t.attempt, "due_at": now + t.delay}
+                for t in d.dispatch
+            ]
+            try:
+                conn.executemany(Q["dag_insert_task"], added)
+            except sqlite3.IntegrityError as exc:  # a node task already open: a lost race
+                raise ConcurrencyConflict(commit.instance_id, commit.version) from exc
         if dag_wakes(d):
             self.nudge()
         return commit.version + 1

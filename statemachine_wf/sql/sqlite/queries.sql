@@ -335,16 +335,22 @@ SET status = coalesce(:status, status), progress = coalesce(:progress, progress)
     error = coalesce(:error, error), version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
 
--- name: dag_task_done
-DELETE FROM wf_tasks WHERE instance_id = :instance_id AND slot = :slot;
-
--- name: dag_tasks_finish
-DELETE FROM wf_tasks WHERE instance_id = :instance_id;
-
--- name: dag_task_retry
+-- name: dag_apply_tasks
+-- A script, after dag_apply's CAS (dag_update_instance) and its events, in the same
+-- transaction: the decision's dead letter (the envelope is what started the instance),
+-- the finished node's task or every task (:finish), and the retried node's task - only
+-- while this worker still holds it.
+INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
+SELECT id,
+       json_object('instance_id', id, 'type', type, 'kind', kind, 'input', json(input),
+                   'idempotency_key', idempotency_key, 'priority', priority,
+                   'step', NULL, 'status', :status, 'error', json(:error)),
+       :dead_letter, :worker, :now
+FROM wf_instances WHERE id = :id AND :dead_letter IS NOT NULL;
+DELETE FROM wf_tasks WHERE instance_id = :id AND (:finish OR slot = :done);
 UPDATE wf_tasks
-SET due_at = :due_at, failures = :failures, in_flight = 0, lease_owner = NULL
-WHERE instance_id = :instance_id AND slot = :slot AND lease_owner = :worker;
+SET due_at = :now + :retry_delay, failures = :retry_failures, in_flight = 0, lease_owner = NULL
+WHERE instance_id = :id AND slot = :retry AND lease_owner = :worker;
 
 -- name: dag_save
 INSERT INTO wf_dag_definitions (name, version, definition, created_at)
