@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, assert_never
 
 from .. import decide
@@ -62,27 +62,6 @@ def _quarantined(error: str | bytes | None) -> bool:
         return bool(loads(error).get("code") == "quarantined")
     except (ValueError, AttributeError):
         return False
-
-
-def _insert_dead_letter(
-    conn: sqlite3.Connection,
-    instance_id: str | None,
-    envelope: Mapping[str, Any],
-    reason: str,
-    worker: str | None,
-    now: float,
-) -> None:
-    """One ``wf_dead_letters`` row, inside the caller's transaction."""
-    conn.execute(
-        Q["dead_letter"],
-        {
-            "instance_id": instance_id,
-            "envelope": dumps(envelope),
-            "reason": reason,
-            "worker": worker,
-            "now": now,
-        },
-    )
 
 
 class SQLiteStore(SQLiteConnections):
@@ -194,6 +173,8 @@ class SQLiteStore(SQLiteConnections):
         problem = undecodable(instance)
         if problem is not None:
             raise ValueError(problem)  # the caller quarantines it: a dead letter, the reason
+        # A fresh token per claim: a heartbeat or a hand-back names it, so a runner that
+        # lost this lease (it expired and another claim took the task) touches nothing.
         token = new_lease_token(inc)
         lease_params = {"task_id": task.id, "worker": worker, "token": token, "due_at": now + lease}
         if start and fast_start_allowed(instance, task):
@@ -212,9 +193,10 @@ class SQLiteStore(SQLiteConnections):
             if instance.version != version:
                 raise StoreError(f"sqlite: claim of {instance.id}: version changed under it")
             return Claim(task, instance, started=True)
-        conn.execute(
-            Q["bump_version"], {"id": instance.id, "version": instance.version, "now": now}
-        )
+        # No intent written, but the version is bumped all the same: an earlier holder of
+        # this task (its lease expired) loses its next CAS instead of writing over ours.
+        bump = {"id": instance.id, "version": instance.version, "now": now}
+        conn.execute(Q["bump_version"], bump)
         conn.execute(Q["lease_task"], lease_params)
         bumped = instance_record(conn.execute(Q["get_instance"], {"id": instance.id}).fetchone())
         leased = _leased(task, worker, now + lease, task.attempt, started=False, token=token)
@@ -253,6 +235,9 @@ class SQLiteStore(SQLiteConnections):
         """Write ``decision``; the new version, and whether it may have made a task due."""
         params = projection_params(decision.state, dumps)
         params.update(id=instance_id, version=version, now=now)
+        # The CAS: the decision was made on `version`. Anything committed since (another
+        # runner's claim, an operator's cancel, a signal) moved it, and then nothing at
+        # all is written: the caller re-reads and decides again.
         cur = conn.execute(Q["update_projection"], params)
         if cur.rowcount != 1:
             row = conn.execute(Q["get_instance"], {"id": instance_id}).fetchone()
@@ -343,7 +328,7 @@ class SQLiteStore(SQLiteConnections):
                 {"id": signal_id, "instance_id": instance_id, "state": state, "now": now},
             )
         for envelope, reason in w.dead:
-            _insert_dead_letter(conn, instance_id, envelope, reason, worker, now)
+            self._dead_letter(conn, instance_id, envelope, reason, worker, now)
         if w.timer is not None:
             params = {"instance_id": instance_id, "token": w.timer.token, "due_at": w.timer.due}
             conn.execute(Q["timer_insert"], {**params, "now": now})
@@ -414,7 +399,20 @@ class SQLiteStore(SQLiteConnections):
         )
         row = conn.execute(Q["raw_instance"], {"id": instance_id}).fetchone()
         envelope = dict(row) if row is not None else {"id": instance_id}
-        _insert_dead_letter(conn, instance_id, envelope, reason, worker, now)
+        self._dead_letter(conn, instance_id, envelope, reason, worker, now)
+
+    def _dead_letter(
+        self,
+        conn: sqlite3.Connection,
+        instance_id: str,
+        envelope: object,
+        why: str,
+        by: str | None,
+        now: float,
+    ) -> None:
+        """One ``wf_dead_letters`` row, inside the caller's transaction."""
+        letter = {"instance_id": instance_id, "envelope": dumps(envelope), "reason": why}
+        conn.execute(Q["dead_letter"], {**letter, "worker": by, "now": now})
 
     # -- signals and timers ---------------------------------------------------------------
     def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:
