@@ -14,8 +14,10 @@ JSON value and an array parameter, and what to do after a write made work due. E
 dialect still translates its driver's errors in one wrapper of its own
 (``wrap_errors``), applied by those primitives.
 
-The decisions (claim, apply, the DAG claim and commit, heartbeat, create) stay in the
-dialect classes for now: there the two stores differ in shape, not only in text.
+The decisions stay in the dialect classes for now (claim, claim_instance, apply,
+quarantine, create_many, and the DAG's create, claim, snapshot and commit): there the two
+stores differ in shape, not only in text - PostgreSQL decides in one statement of
+data-modifying CTEs, SQLite in Python between statements under its writer lock.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ class SqlStore(ABC):
     def _json(self, value: Any) -> Any:
         return value if self.json_decoded else json.loads(value)
 
-    # -- InstanceLog ----------------------------------------------
+    # -- InstanceLog ------------------------------------------------------------------
     def _create_params(self, new: NewInstance) -> dict[str, Any]:
         return {
             "id": new.id,
@@ -220,7 +222,7 @@ class SqlStore(ABC):
         query = "soft_purge_batch" if soft else "purge_batch"
         return len(self._write_all(query, age=older_than, batch=batch_size))
 
-    # -- TaskQueue: reads and wake-ups --------------------------------------------------
+    # -- TaskQueue: reads, leases, wake-ups -----------------------------------------
     def task(self, instance_id: str, slot: str = "") -> TaskRecord | None:
         row = self._read_one("get_task", id=instance_id, slot=slot)
         return None if row is None else task_record(row, now=time.time())
