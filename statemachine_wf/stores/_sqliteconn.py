@@ -21,11 +21,18 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
-from ..errors import ConcurrencyConflict, DataRejected, MigrationError, SchemaTooNew, StoreError
+from ..errors import (
+    ConcurrencyConflict,
+    DataRejected,
+    MigrationError,
+    NotFound,
+    SchemaTooNew,
+    StoreError,
+)
 from ..limits import configured_max_payload_bytes
 from ._base import SqlStore
 from ._common import Wakeup, dumps
-from ._live import LiveHub
+from ._live import LiveHub, Subscription
 from ._sql import migrations, queries, split_statements
 
 Q = queries("sqlite")
@@ -85,7 +92,7 @@ class SQLiteConnections(SqlStore):
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
         self._migrated = False
-        self._live = LiveHub(start=self._ensure_watcher)
+        self._live = LiveHub(start=self._ensure_watcher, register=self._live_watch)
 
     # -- connections ------------------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -193,6 +200,12 @@ class SQLiteConnections(SqlStore):
 
     def live_hub(self) -> LiveHub:
         return self._live
+
+    def _live_watch(self, sub: Subscription) -> None:
+        # As on PostgreSQL (whose registration row needs the instance): a subscription to
+        # an instance that does not exist is refused at once, not left waiting forever.
+        if self.get(sub.instance_id) is None:
+            raise NotFound(f"no workflow instance {sub.instance_id!r}")
 
     def close(self) -> None:
         self._closed.set()

@@ -92,3 +92,16 @@ def test_the_hub_is_active_while_anybody_is_subscribed(store: Store) -> None:
         assert not hub.active
 
     asyncio.run(main())
+
+
+def test_a_subscription_to_a_missing_instance_is_refused(store: Store) -> None:
+    from statemachine_wf import NotFound
+
+    hub = store.live_hub()
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(NotFound, match="no workflow instance"):
+            hub.subscribe("00000000-0000-4000-8000-000000000000", loop)
+    finally:
+        loop.close()
+    assert not hub.active
