@@ -61,7 +61,7 @@ class DagClient:
 
     def definition(self, name: str, version: int | None = None) -> tuple[int, DagDefinition]:
         """``(version, definition)``: that version, or the latest. Raises :class:`NotFound`."""
-        found = self.store.dag_definition(name, version)
+        found = operations.once_more(lambda: self.store.dag_definition(name, version))  # a read
         if found is None:
             which = "any version" if version is None else f"version {version}"
             raise NotFound(f"no saved DAG {name!r} ({which})")
@@ -69,7 +69,7 @@ class DagClient:
 
     def definitions(self) -> list[tuple[str, int]]:
         """Every saved name with its latest version."""
-        return self.store.dag_definitions()
+        return operations.once_more(self.store.dag_definitions)  # a read
 
     def delete(self, name: str, *, cascade: bool = False) -> int:
         """Delete every version of ``name``.
@@ -213,7 +213,7 @@ class DagClient:
 
     def history(self, instance_id: str, *, include_deleted: bool = False) -> list[EventRecord]:
         self.get(instance_id, include_deleted=include_deleted)
-        return self.store.events(instance_id)
+        return operations.once_more(lambda: self.store.events(instance_id))  # a read
 
     def context(self, instance_id: str) -> dict[str, Any]:
         """The instance's context: the fold of its log (input, then node outputs)."""
