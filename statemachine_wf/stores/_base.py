@@ -323,6 +323,20 @@ class SqlStore(ABC):
         row = self._read_one("lock_holder", key=key)
         return None if row is None else str(row["holder"])
 
+    # -- Quarantine ---------------------------------------------------------------------
+    def _quarantine_params(self, instance_id: str, reason: str, worker: str) -> dict[str, Any]:
+        # The code "quarantined" is what tells a quarantine from a failure: claim_instance
+        # leaves a quarantined instance alone until its parked task falls due or a redrive.
+        error = {"step": None, "code": "quarantined", "message": reason, "recoverable": True}
+        return self._params(id=instance_id, error=self._encode(error), reason=reason, worker=worker)
+
+    def quarantine(self, instance_id: str, *, reason: str, worker: str) -> None:
+        # One commit: STALLED with the error (the version bumped, so a decision made on
+        # the row before loses its CAS), the task held back a day, a QUARANTINED event and
+        # a dead letter whose envelope is the row.
+        with self._statement() as conn:
+            self._run(conn, "quarantine", self._quarantine_params(instance_id, reason, worker))
+
     # -- Signals ------------------------------------------------------------------------
     @abstractmethod
     def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:

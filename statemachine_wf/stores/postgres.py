@@ -275,15 +275,6 @@ class PostgresStore(PgConnections):
             )
         return int(row["version"])
 
-    # -- dead letters ----------------------------------------------------------------
-    def quarantine(self, instance_id: str, *, reason: str, worker: str) -> None:
-        error = {"step": None, "code": "quarantined", "message": reason, "recoverable": True}
-        with self._conn() as conn:
-            conn.execute(
-                Q["quarantine"],
-                {"id": instance_id, "error": _jsonb(error), "reason": reason, "worker": worker},
-            )
-
     # -- signals and timers ---------------------------------------------------------------
     def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:
         # The trigger's refusals (sql/postgres/005_signals.sql), told apart by SQLSTATE.

@@ -23,7 +23,6 @@ from ..errors import (
     PayloadTooLarge,
     StoreError,
 )
-from ..events import Ev
 from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ..store import (
     Claim,
@@ -126,7 +125,11 @@ class SQLiteStore(SQLiteConnections):
                         )
                     )
                 except (ValueError, KeyError, TypeError) as exc:
-                    self._quarantine(conn, task.instance_id, f"corrupt row: {exc}", worker, now)
+                    self._run(
+                        conn,
+                        "quarantine",
+                        self._quarantine_params(task.instance_id, f"corrupt row: {exc}", worker),
+                    )
         return claims
 
     def claim_instance(
@@ -153,7 +156,11 @@ class SQLiteStore(SQLiteConnections):
                     conn, task, worker=worker, lease=lease, now=now, start=False, inc=incarnation
                 )
             except (ValueError, KeyError, TypeError) as exc:
-                self._quarantine(conn, task.instance_id, f"corrupt row: {exc}", worker, now)
+                self._run(
+                    conn,
+                    "quarantine",
+                    self._quarantine_params(task.instance_id, f"corrupt row: {exc}", worker),
+                )
                 return None
 
     def _lease(
@@ -369,38 +376,6 @@ class SQLiteStore(SQLiteConnections):
         released = row.fetchone()
         return 0 if released is None else int(released["released"])
 
-    # -- quarantine -------------------------------------------------------------------
-    def quarantine(self, instance_id: str, *, reason: str, worker: str) -> None:
-        with self._write() as conn:
-            self._quarantine(conn, instance_id, reason, worker, time.time())
-
-    def _quarantine(
-        self, conn: sqlite3.Connection, instance_id: str, reason: str, worker: str, now: float
-    ) -> None:
-        error = {"step": None, "code": "quarantined", "message": reason, "recoverable": True}
-        conn.execute(
-            Q["quarantine_instance"], {"id": instance_id, "error": dumps(error), "now": now}
-        )
-        conn.execute(Q["quarantine_task"], {"instance_id": instance_id, "due_at": now + 86400.0})
-        self._insert_events(
-            conn,
-            instance_id,
-            [
-                {
-                    "node": None,
-                    "event_type": str(Ev.QUARANTINED),
-                    "attempt": None,
-                    "payload": {},
-                    "error": error,
-                }
-            ],
-            worker=worker,
-            now=now,
-        )
-        row = conn.execute(Q["raw_instance"], {"id": instance_id}).fetchone()
-        envelope = dict(row) if row is not None else {"id": instance_id}
-        self._dead_letter(conn, instance_id, envelope, reason, worker, now)
-
     def _dead_letter(
         self,
         conn: sqlite3.Connection,
@@ -512,7 +487,13 @@ class SQLiteStore(SQLiteConnections):
                 )
                 problem = undecodable(inst)
                 if problem is not None:
-                    self._quarantine(conn, task.instance_id, f"corrupt row: {problem}", worker, now)
+                    self._run(
+                        conn,
+                        "quarantine",
+                        self._quarantine_params(
+                            task.instance_id, f"corrupt row: {problem}", worker
+                        ),
+                    )
                     continue
                 leased = _leased(
                     task, worker, now + lease, task.attempt + 1, started=True, token=token

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -195,3 +196,38 @@ def test_quarantine_and_rebuild_move_the_version_on(store: Store) -> None:
     assert after is not None
     assert after.version > rec.version
     assert after.projection().comparable() == rebuilt.comparable()
+
+
+def test_quarantine_writes_its_dead_letter_and_holds_the_task_back(store: Store) -> None:
+    claim = started(store)
+    iid = claim.instance.id
+    before = len(store.dead_letters())
+    store.quarantine(iid, reason="corrupt row: test", worker="w")
+    letters = store.dead_letters()
+    assert len(letters) == before + 1
+    letter = letters[0]
+    assert letter["instance_id"] == iid
+    assert letter["reason"] == "corrupt row: test"
+    envelope = letter["envelope"]
+    assert envelope["id"] == iid
+    assert envelope["type"] == TYPE
+    assert envelope["status"] == str(Status.STALLED)
+    rec = store.get(iid)
+    assert rec is not None
+    assert rec.error is not None
+    assert rec.error["code"] == "quarantined"
+    task = store.task(iid)
+    assert task is not None
+    assert task.lease_owner is None  # handed back, due in a day
+    assert task.due_at > time.time() + 3600
+    quarantined = [e for e in store.events(iid) if e.event_type == Ev.QUARANTINED]
+    assert len(quarantined) == 1
+    assert quarantined[0].worker == "w"
+
+
+def test_quarantine_of_an_unknown_instance_writes_nothing(store: Store) -> None:
+    missing = str(uuid.uuid4())
+    store.quarantine(missing, reason="gone", worker="w")
+    assert store.get(missing) is None
+    assert store.events(missing) == []
+    assert all(letter["instance_id"] != missing for letter in store.dead_letters())

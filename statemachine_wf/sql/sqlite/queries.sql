@@ -170,16 +170,21 @@ SET status = :status, step = :step, step_attempts = :step_attempts, attempts = :
     version = version + 1, updated_at = :now
 WHERE id = :id;
 
--- name: quarantine_instance
+-- name: quarantine
+-- A script (one transaction), as PostgreSQL's statement of the same name: the instance set
+-- aside (STALLED, the error :error, its version bumped so a decision made before loses its
+-- CAS), its task held back a day, its QUARANTINED event and its dead letter (the envelope
+-- is the row as quarantined). Nothing for an instance that does not exist.
 UPDATE wf_instances SET status = 'STALLED', error = :error, version = version + 1, updated_at = :now
 WHERE id = :id;
-
--- name: quarantine_task
 -- in_flight stays: a step quarantined mid-attempt is still in doubt (see PostgreSQL's).
-UPDATE wf_tasks SET lease_owner = NULL, due_at = :due_at WHERE instance_id = :instance_id;
-
--- name: raw_instance
-SELECT id, type, status, step, CAST(input AS TEXT) AS input, CAST(progress AS TEXT) AS progress
+UPDATE wf_tasks SET lease_owner = NULL, due_at = :now + 86400.0 WHERE instance_id = :id;
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+SELECT id, NULL, 'QUARANTINED', NULL, '{}', :error, :worker, :now FROM wf_instances WHERE id = :id;
+INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
+SELECT id, json_object('id', id, 'type', type, 'status', status, 'step', step,
+                       'input', CAST(input AS TEXT), 'progress', CAST(progress AS TEXT)),
+       :reason, :worker, :now
 FROM wf_instances WHERE id = :id;
 
 -- name: lock_acquire
