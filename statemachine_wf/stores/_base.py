@@ -27,14 +27,27 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, assert_never
 
+from ..decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
 from ..errors import ConcurrencyConflict, InvalidState, StoreError, TypeKindConflict
 from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
-from ..store import KIND_NAMES, InstanceRecord, NewInstance, TaskRecord, TypeKind, like_prefix
+from ..store import (
+    KIND_NAMES,
+    Commit,
+    DagCommit,
+    InstanceRecord,
+    NewInstance,
+    TaskRecord,
+    TypeKind,
+    like_prefix,
+)
 from ..waits import NewSignal, SignalRecord
 from ._common import (
+    dag_apply_params,
+    dag_wakes,
+    event_dicts,
     event_record,
     incarnation_prefix,
     instance_record,
@@ -42,6 +55,7 @@ from ._common import (
     projection_params,
     signal_counts,
     signal_record,
+    signal_write_params,
     task_record,
 )
 
@@ -83,6 +97,19 @@ class SqlStore(ABC):
     def _run(self, conn: Any, name: str, params: dict[str, Any]) -> Any:
         """Run the named query on ``conn``; the driver's cursor (SQLite: of the script's
         last statement)."""
+
+    @abstractmethod
+    def _run_decision(self, conn: Any, names: Sequence[str], params: dict[str, Any]) -> Row | None:
+        """Run the named pieces as one decision guarded by the CAS that opens the first.
+
+        The first piece's first statement is the CAS on ``wf_instances.version``; the last
+        piece's last statement returns the new ``version``. None when the CAS matched no row,
+        and then nothing at all was written. PostgreSQL joins the pieces into one statement
+        of data-modifying CTEs that all read FROM the CAS's RETURNING (empty when it failed);
+        SQLite runs them as one script in the caller's ``BEGIN IMMEDIATE`` transaction and
+        stops after the CAS when it changed no row (under the writer lock nobody moves the
+        version between the statements).
+        """
 
     @abstractmethod
     def _encode(self, value: Any) -> Any:
@@ -297,6 +324,109 @@ class SqlStore(ABC):
     def wake_parent(self, child_id: str) -> None:
         self._write_all("wake_parent", id=child_id)
         self._made_due()
+
+    # -- Decisions: the CAS commits --------------------------------------------------------
+    def _apply_plan(
+        self,
+        instance_id: str,
+        version: int,
+        decision: Decision,
+        worker: str | None,
+        lease: float,
+    ) -> tuple[list[str], dict[str, Any]]:
+        """The pieces of an ``apply`` (see ``_run_decision``) and their parameters."""
+        params = self._params(
+            **projection_params(decision.state, self._encode),
+            **signal_write_params(decision, self._encode),
+            id=instance_id,
+            version=version,
+            worker=worker,
+            lease=lease,
+            events=self._encode(event_dicts(decision)),
+        )
+        names = ["apply_head"]
+        if decision.dead_letter is not None:
+            names.append("apply_dead_letter")
+            params["dead_letter"] = decision.dead_letter
+        if decision.signals:
+            names.append("apply_signals")
+        op = decision.task
+        if isinstance(op, Continue):
+            names.append("apply_continue")
+            params.update(node=op.node, attempt=op.attempt, failures=op.failures)
+        elif isinstance(op, Reschedule):
+            names.append("apply_reschedule")
+            params.update(
+                node=op.node,
+                delay=op.delay,
+                failures=op.failures,
+                attempt=decision.state.attempts.get(op.node, 0),
+                in_doubt=op.in_doubt,
+            )
+        elif isinstance(op, Park):
+            names.append("apply_park")
+            params.update(node=op.node, failures=op.failures)
+        elif isinstance(op, Finish):
+            names.append("apply_finish")
+        elif isinstance(op, KeepTask):
+            names.append("apply_keep")
+        else:
+            assert_never(op)
+        return names, params
+
+    def _write_decision(
+        self,
+        conn: Any,
+        instance_id: str,
+        version: int,
+        decision: Decision,
+        worker: str | None,
+        lease: float,
+    ) -> Row | None:
+        """Write ``decision`` on ``conn`` under the CAS on ``version``; the row with the new
+        ``version``, or None when the CAS failed (nothing written). SQLite's claim calls it
+        too (its fast start), inside the claim's transaction."""
+        names, params = self._apply_plan(instance_id, version, decision, worker, lease)
+        return self._run_decision(conn, names, params)
+
+    def apply(self, commit: Commit) -> int:
+        try:
+            with self._statement() as conn:
+                row = self._write_decision(
+                    conn,
+                    commit.instance_id,
+                    commit.version,
+                    commit.decision,
+                    commit.worker,
+                    commit.lease,
+                )
+        except ConcurrencyConflict:
+            # The unique index refused a duplicate once-per-attempt event: somebody else
+            # already wrote this decision. Nothing was written; as a lost CAS.
+            raise ConcurrencyConflict(commit.instance_id, commit.version) from None
+        if row is None:  # the CAS: the version moved since the decision was made
+            current = self.get(commit.instance_id)
+            raise ConcurrencyConflict(
+                commit.instance_id, commit.version, None if current is None else current.version
+            )
+        # A parked or rescheduled task, or a finish (its lock waiters, its parent) may be
+        # due now for another runner of this process (PostgreSQL's SQL notifies itself).
+        if isinstance(commit.decision.task, Park | Reschedule | Finish):
+            self._made_due()
+        return int(row["version"])
+
+    def dag_apply(self, commit: DagCommit) -> int:
+        params = self._params(**dag_apply_params(commit, self._encode))
+        try:
+            with self._statement() as conn:
+                row = self._run_decision(conn, ["dag_apply"], params)
+        except ConcurrencyConflict:  # a node task already open, or an event: a lost race
+            raise ConcurrencyConflict(commit.instance_id, commit.version) from None
+        if row is None:  # the executor re-reads anyway: no round trip for the current version
+            raise ConcurrencyConflict(commit.instance_id, commit.version)
+        if dag_wakes(commit.decision):
+            self._made_due()
+        return int(row["version"])
 
     # -- Locks --------------------------------------------------------------------------
     def acquire_lock(self, key: str, instance_id: str) -> str:

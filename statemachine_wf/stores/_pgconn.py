@@ -358,6 +358,15 @@ class PgConnections(SqlStore):
     ) -> psycopg.Cursor[Any]:
         return conn.execute(Q[name], params)
 
+    def _run_decision(
+        self, conn: psycopg.Connection[Any], names: Sequence[str], params: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        # One statement: every CTE after the CAS reads FROM it, so a lost CAS writes nothing.
+        row: dict[str, Any] | None = conn.execute(
+            "\n".join(Q[name] for name in names), params
+        ).fetchone()
+        return row
+
     def _encode(self, value: Any) -> Jsonb:
         return _jsonb(value)
 

@@ -185,6 +185,19 @@ class SQLiteConnections(SqlStore):
             conn.execute(statement, params)
         return _Result(conn.execute(last, params))
 
+    def _run_decision(
+        self, conn: sqlite3.Connection, names: Sequence[str], params: dict[str, Any]
+    ) -> sqlite3.Row | None:
+        first, *rest = [statement for name in names for statement in _SCRIPTS[name]]
+        # The CAS: under the writer lock (BEGIN IMMEDIATE) the version cannot move between
+        # this statement and the next, so checking its count here gates the whole script.
+        if conn.execute(first, params).rowcount != 1:
+            return None
+        rows: list[sqlite3.Row] = []
+        for statement in rest:
+            rows = conn.execute(statement, params).fetchall()
+        return rows[0] if rows else None
+
     def _encode(self, value: Any) -> str:
         return dumps(value)
 

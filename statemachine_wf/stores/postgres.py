@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import assert_never
 
-from ..decide import Continue, Finish, KeepTask, Park, Reschedule
 from ..errors import (
-    ConcurrencyConflict,
     InvalidState,
     NotFound,
     PayloadTooLarge,
@@ -25,8 +22,6 @@ from ..errors import (
 )
 from ..store import (
     Claim,
-    Commit,
-    DagCommit,
     DagSnapshot,
     NewDagInstance,
     NewInstance,
@@ -35,16 +30,12 @@ from ..store import (
 from ..waits import NewSignal
 from ._common import (
     Undecodable,
-    dag_apply_params,
-    event_dicts,
     event_record,
     instance_record,
     key_clash,
     new_event_dicts,
     new_lease_token,
-    projection_params,
     signal_record,
-    signal_write_params,
     task_record,
     undecodable,
 )
@@ -225,56 +216,6 @@ class PostgresStore(PgConnections):
                 raise StoreError(f"postgres: claim of {instance_id}: its rows are gone")
         return Claim(task_record(leased), instance_record(inst), started=False)
 
-    def apply(self, commit: Commit) -> int:
-        decision = commit.decision
-        params = projection_params(decision.state, _jsonb)
-        params.update(
-            id=commit.instance_id,
-            version=commit.version,
-            worker=commit.worker,
-            events=_jsonb(event_dicts(decision)),
-            channel=self.channel,
-            lease=commit.lease,
-        )
-        params.update(signal_write_params(decision, _jsonb))
-        middle = "\n" + Q["apply_signals"] if decision.signals else ""
-        head = Q["apply_head"]
-        if decision.dead_letter is not None:
-            head += "\n" + Q["apply_dead_letter"]
-            params["dead_letter"] = decision.dead_letter
-        op = decision.task
-        if isinstance(op, Continue):
-            tail = "apply_continue"
-            params.update(node=op.node, attempt=op.attempt, failures=op.failures)
-        elif isinstance(op, Reschedule):
-            tail = "apply_reschedule"
-            params.update(
-                node=op.node,
-                delay=op.delay,
-                failures=op.failures,
-                attempt=decision.state.attempts.get(op.node, 0),
-                in_doubt=op.in_doubt,
-            )
-        elif isinstance(op, Park):
-            tail = "apply_park"
-            params.update(node=op.node, failures=op.failures)
-        elif isinstance(op, Finish):
-            tail = "apply_finish"
-        elif isinstance(op, KeepTask):
-            tail = "apply_keep"
-        else:
-            assert_never(op)
-        try:
-            row = self._one(head + middle + "\n" + Q[tail], params)
-        except ConcurrencyConflict:
-            raise ConcurrencyConflict(commit.instance_id, commit.version) from None
-        if row is None:
-            current = self.get(commit.instance_id)
-            raise ConcurrencyConflict(
-                commit.instance_id, commit.version, None if current is None else current.version
-            )
-        return int(row["version"])
-
     # -- signals and timers ---------------------------------------------------------------
     def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:
         # The trigger's refusals (sql/postgres/005_signals.sql), told apart by SQLSTATE.
@@ -360,17 +301,6 @@ class PostgresStore(PgConnections):
             return None
         events = [event_record(e) for e in row["events"]]
         return DagSnapshot(instance_record(row["instance"]), events, tuple(row["slots"]))
-
-    def dag_apply(self, commit: DagCommit) -> int:
-        params = dag_apply_params(commit, _jsonb)
-        params["channel"] = self.channel
-        try:
-            row = self._one(Q["dag_apply"], params)
-        except ConcurrencyConflict:
-            raise ConcurrencyConflict(commit.instance_id, commit.version) from None
-        if row is None:  # the executor re-reads anyway: no round trip for the current version
-            raise ConcurrencyConflict(commit.instance_id, commit.version)
-        return int(row["version"])
 
     def drop_schema(self) -> None:
         """Drop this store's schema and everything in it (tests)."""

@@ -12,10 +12,9 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
-from typing import Any, assert_never
+from typing import Any
 
 from .. import decide
-from ..decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
 from ..errors import (
     ConcurrencyConflict,
     InvalidState,
@@ -26,8 +25,6 @@ from ..errors import (
 from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ..store import (
     Claim,
-    Commit,
-    DagCommit,
     DagSnapshot,
     NewDagInstance,
     NewInstance,
@@ -35,17 +32,13 @@ from ..store import (
 )
 from ..waits import NewSignal
 from ._common import (
-    dag_apply_params,
-    dag_wakes,
     dumps,
-    event_dicts,
     fast_start_allowed,
     instance_record,
     key_clash,
     loads,
     new_event_dicts,
     new_lease_token,
-    projection_params,
     signal_record,
     task_record,
     undecodable,
@@ -188,9 +181,12 @@ class SQLiteStore(SQLiteConnections):
             decision = decide.start(
                 instance.projection(in_flight=False), task.node, failures=task.failures
             )
-            version, _ = self._write_decision(
-                conn, instance.id, instance.version, decision, worker, lease, now
+            written = self._write_decision(
+                conn, instance.id, instance.version, decision, worker, lease
             )
+            if written is None:  # under the writer lock since the read: cannot happen
+                raise StoreError(f"sqlite: claim of {instance.id}: version changed under it")
+            version = int(written["version"])
             conn.execute(Q["lease_task"], lease_params)
             attempt = decision.state.attempts[task.node]  # the attempt decide.start began
             task = _leased(task, worker, now + lease, attempt, started=True, token=token)
@@ -212,133 +208,6 @@ class SQLiteStore(SQLiteConnections):
             rows = conn.execute(Q["signals_pending"], {"instance_id": instance.id, "now": now})
             signals = tuple(signal_record(r, decoded=False) for r in rows)
         return Claim(leased, bumped, started=False, signals=signals)
-
-    def apply(self, commit: Commit) -> int:
-        now = time.time()
-        with self._write() as conn:
-            version, woke = self._write_decision(
-                conn,
-                commit.instance_id,
-                commit.version,
-                commit.decision,
-                commit.worker,
-                commit.lease,
-                now,
-            )
-        if woke:
-            self.nudge()
-        return version
-
-    def _write_decision(
-        self,
-        conn: sqlite3.Connection,
-        instance_id: str,
-        version: int,
-        decision: Decision,
-        worker: str | None,
-        lease: float,
-        now: float,
-    ) -> tuple[int, bool]:
-        """Write ``decision``; the new version, and whether it may have made a task due."""
-        params = projection_params(decision.state, dumps)
-        params.update(id=instance_id, version=version, now=now)
-        # The CAS: the decision was made on `version`. Anything committed since (another
-        # runner's claim, an operator's cancel, a signal) moved it, and then nothing at
-        # all is written: the caller re-reads and decides again.
-        cur = conn.execute(Q["update_projection"], params)
-        if cur.rowcount != 1:
-            row = conn.execute(Q["get_instance"], {"id": instance_id}).fetchone()
-            raise ConcurrencyConflict(
-                instance_id, version, None if row is None else int(row["version"])
-            )
-        self._insert_events(conn, instance_id, event_dicts(decision), worker=worker, now=now)
-        if decision.signals:
-            self._write_signals(conn, instance_id, decision, worker, now)
-        if decision.dead_letter is not None:
-            conn.execute(
-                Q["dead_letter_instance"],
-                {
-                    "id": instance_id,
-                    "reason": decision.dead_letter,
-                    "worker": worker,
-                    "now": now,
-                    "step": params["step"],
-                    "status": params["status"],
-                    "error": params["error"],
-                },
-            )
-        op = decision.task
-        woke = isinstance(op, Park | Reschedule)
-        if isinstance(op, Park):
-            far = now + 100 * 365 * 86400.0
-            conn.execute(
-                Q["task_park"],
-                {
-                    "instance_id": instance_id,
-                    "node": op.node,
-                    "failures": op.failures,
-                    "until": far if op.until is None else op.until,
-                    "wait_name": op.name,
-                    "settled_ids": dumps([i for i, _ in decision.signals.settled]),
-                },
-            )
-        elif isinstance(op, Continue):
-            conn.execute(
-                Q["task_continue"],
-                {
-                    "instance_id": instance_id,
-                    "node": op.node,
-                    "attempt": op.attempt,
-                    "failures": op.failures,
-                    "worker": worker,
-                    "due_at": now + lease,
-                },
-            )
-        elif isinstance(op, Reschedule):
-            conn.execute(
-                Q["task_reschedule"],
-                {
-                    "instance_id": instance_id,
-                    "node": op.node,
-                    "attempt": decision.state.attempts.get(op.node, 0),
-                    "failures": op.failures,
-                    "due_at": now + op.delay,
-                    "in_doubt": int(op.in_doubt),
-                    "now": now,
-                },
-            )
-        elif isinstance(op, Finish):
-            conn.execute(Q["task_finish"], {"instance_id": instance_id})
-            released = self._release_locks(conn, instance_id, None, now)
-            ends = {"instance_id": instance_id, "worker": worker, "now": now}
-            conn.execute(Q["signals_end_dead"], ends)
-            conn.execute(Q["signals_end"], ends)
-            parent = conn.execute(Q["finish_wake_parent"], {"id": instance_id, "now": now})
-            # Wake a worker only for what this finish made due (lock waiters, a parent).
-            woke = released > 0 or parent.rowcount > 0
-        elif not isinstance(op, KeepTask):
-            assert_never(op)
-        return version + 1, woke
-
-    def _write_signals(
-        self,
-        conn: sqlite3.Connection,
-        instance_id: str,
-        decision: Decision,
-        worker: str | None,
-        now: float,
-    ) -> None:
-        w = decision.signals
-        for signal_id, state in w.settled:
-            conn.execute(
-                Q["signal_settle"],
-                {"id": signal_id, "instance_id": instance_id, "state": state, "now": now},
-            )
-        for envelope, reason in w.dead:
-            self._dead_letter(conn, instance_id, envelope, reason, worker, now)
-        if w.timer is not None:
-            params = {"instance_id": instance_id, "token": w.timer.token, "due_at": w.timer.due}
-            conn.execute(Q["timer_insert"], {**params, "now": now})
 
     def _insert_events(
         self,
@@ -368,26 +237,6 @@ class SQLiteStore(SQLiteConnections):
             # The unique index refused a duplicate once-per-attempt event: somebody else
             # already wrote this decision. Treat it like a lost CAS.
             raise ConcurrencyConflict(instance_id, -1) from exc
-
-    def _release_locks(
-        self, conn: sqlite3.Connection, instance_id: str, key: str | None, now: float
-    ) -> int:
-        row = self._run(conn, "lock_release", {"id": instance_id, "key": key, "now": now})
-        released = row.fetchone()
-        return 0 if released is None else int(released["released"])
-
-    def _dead_letter(
-        self,
-        conn: sqlite3.Connection,
-        instance_id: str,
-        envelope: object,
-        why: str,
-        by: str | None,
-        now: float,
-    ) -> None:
-        """One ``wf_dead_letters`` row, inside the caller's transaction."""
-        letter = {"instance_id": instance_id, "envelope": dumps(envelope), "reason": why}
-        conn.execute(Q["dead_letter"], {**letter, "worker": by, "now": now})
 
     # -- signals and timers ---------------------------------------------------------------
     def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:
@@ -511,34 +360,6 @@ class SQLiteStore(SQLiteConnections):
         with wrap_errors():
             rows = self._conn().execute(Q["dag_slots"], {"id": instance_id}).fetchall()
         return DagSnapshot(inst, events, tuple(r["slot"] for r in rows))
-
-    def dag_apply(self, commit: DagCommit) -> int:
-        now = time.time()
-        params = {**dag_apply_params(commit, dumps), "now": now}
-        d = commit.decision
-        with self._write() as conn:
-            # The CAS: nothing below is written unless the version is still the one the
-            # decision was made on (under the writer lock, nobody moves it meanwhile).
-            if conn.execute(Q["dag_update_instance"], params).rowcount != 1:
-                row = conn.execute(Q["get_instance"], {"id": commit.instance_id}).fetchone()
-                raise ConcurrencyConflict(
-                    commit.instance_id, commit.version, None if row is None else int(row["version"])
-                )
-            events = new_event_dicts(d.events)
-            self._insert_events(conn, commit.instance_id, events, worker=commit.worker, now=now)
-            self._run(conn, "dag_apply_tasks", params)  # dead letter, done/finish, retry
-            task = {"instance_id": commit.instance_id, "now": now}
-            added = [
-                {**task, "node": t.node, "attempt": t.attempt, "due_at": now + t.delay}
-                for t in d.dispatch
-            ]
-            try:
-                conn.executemany(Q["dag_insert_task"], added)
-            except sqlite3.IntegrityError as exc:  # a node task already open: a lost race
-                raise ConcurrencyConflict(commit.instance_id, commit.version) from exc
-        if dag_wakes(d):
-            self.nudge()
-        return commit.version + 1
 
 
 def _leased(

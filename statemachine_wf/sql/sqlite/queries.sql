@@ -19,6 +19,125 @@ SELECT :id, '', :step, :kind, :type, :priority, coalesce(:run_at, :now + :delay)
 WHERE changes() = 1;
 SELECT :id AS id WHERE changes() = 1;
 
+-- The decision pieces of apply (SqlStore._apply_plan names them; the same names as
+-- PostgreSQL's). SQLite runs them as one script in the caller's BEGIN IMMEDIATE
+-- transaction (SqlStore._run_decision): apply_head first, whose first statement is the CAS,
+-- then apply_dead_letter and apply_signals when the decision has them, then one tail that
+-- returns the new version. When the CAS changes no row nothing after it runs.
+
+-- name: apply_head
+-- The CAS: the decision was made on :version. Anything committed since (another runner's
+-- claim, an operator's cancel, a signal) moved it, and then nothing at all is written.
+UPDATE wf_instances
+SET status = :status, step = :step, step_attempts = :step_attempts, attempts = :attempts,
+    progress = :progress, error = :error, cancel_requested = :cancel_requested,
+    waits = :waits, waiting_key = :waiting_key, waiting_kind = :waiting_kind,
+    waiting_token = :waiting_token, waiting_until = :waiting_until,
+    version = version + 1, updated_at = :now
+WHERE id = :id AND version = :version;
+-- The events (:events, a JSON array), in order. A duplicate once-per-attempt event hits the
+-- unique index: somebody else already wrote this decision (a lost race, as a lost CAS).
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+SELECT :id, value ->> '$.node', value ->> '$.event_type', value ->> '$.attempt',
+       value -> '$.payload',
+       CASE WHEN json_type(value, '$.error') = 'null' THEN NULL ELSE value -> '$.error' END,
+       :worker, :now
+FROM json_each(:events) ORDER BY key;
+
+-- name: apply_dead_letter
+-- The decision dead-letters its instance: the envelope is what started it.
+INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
+SELECT id,
+       json_object('instance_id', id, 'type', type, 'kind', kind, 'input', json(input),
+                   'idempotency_key', idempotency_key, 'priority', priority,
+                   'step', :step, 'status', :status, 'error', json(:error)),
+       :dead_letter, :worker, :now
+FROM wf_instances WHERE id = :id;
+
+-- name: apply_signals
+-- The wf_signals side of a decision: settle the rows it read (:settled, a JSON array of
+-- {id, state}), dead-letter the rejected ones (:dead), insert the wait's timer (a signal of
+-- kind 'timer' due at the deadline).
+UPDATE wf_signals
+SET state = (SELECT o.value ->> '$.state' FROM json_each(:settled) o
+             WHERE o.value ->> '$.id' = wf_signals.id),
+    settled_at = :now
+WHERE instance_id = :id AND state = 'pending'
+  AND id IN (SELECT value ->> '$.id' FROM json_each(:settled));
+INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
+SELECT :id, value -> '$.envelope', value ->> '$.reason', :worker, :now
+FROM json_each(:dead) ORDER BY key;
+INSERT INTO wf_signals (instance_id, kind, name, payload, token, due_at, created_at)
+SELECT :id, 'timer', 'timer', 'null', :timer_token, :timer_due, :now
+WHERE :timer_token IS NOT NULL;
+
+-- name: apply_continue
+UPDATE wf_tasks
+SET node = :node, attempt = :attempt, in_flight = 1, failures = :failures,
+    lease_owner = :worker, due_at = :now + :lease
+WHERE instance_id = :id AND slot = '';
+SELECT :version + 1 AS version;
+
+-- name: apply_reschedule
+INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt, in_flight,
+                      failures, lease_owner, created_at)
+SELECT id, '', :node, kind, type, priority, :now + :delay, :attempt, :in_doubt, :failures, NULL,
+       :now
+FROM wf_instances WHERE id = :id
+ON CONFLICT (instance_id, slot) DO UPDATE
+-- in_flight stays set for a step still in doubt (decide.Reschedule.in_doubt)
+SET node = excluded.node, due_at = excluded.due_at, in_flight = excluded.in_flight,
+    failures = excluded.failures, lease_owner = NULL;
+SELECT :version + 1 AS version;
+
+-- name: apply_park
+-- The step waits: parked until its deadline (none: 100 years), or until a pending signal
+-- that may concern the wait is due - one with a token, or an untokened one of its name -
+-- other than those this commit settles (apply_signals ran first; excluded all the same).
+UPDATE wf_tasks
+SET node = :node, in_flight = 0, failures = :failures, lease_owner = NULL,
+    due_at = min(coalesce(:until, :now + 3153600000.0), coalesce(
+        (SELECT min(s.due_at) FROM wf_signals s
+         WHERE s.instance_id = :id AND s.state = 'pending' AND s.kind = 'signal'
+           AND (s.token IS NOT NULL OR s.name = :wait_name)
+           AND s.id NOT IN (SELECT value ->> '$.id' FROM json_each(:settled))),
+        coalesce(:until, :now + 3153600000.0)))
+WHERE instance_id = :id AND slot = '';
+SELECT :version + 1 AS version;
+
+-- name: apply_finish
+DELETE FROM wf_tasks WHERE instance_id = :id AND slot = '';
+-- An instance that ends releases its locks and wakes their waiters, in the same commit
+-- (the waiters are found through the locks, so the wake-up goes first).
+UPDATE wf_tasks SET due_at = :now
+WHERE lease_owner IS NULL
+  AND instance_id IN (SELECT w.instance_id FROM wf_lock_waiters w JOIN wf_locks l ON l.key = w.key
+                      WHERE l.holder = :id);
+DELETE FROM wf_locks WHERE holder = :id;
+-- An instance that ends dead-letters the signals it never applied and voids its timers
+-- (those this commit settled are no longer pending: apply_signals ran first).
+INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
+SELECT instance_id,
+       json_object('signal', id, 'instance_id', instance_id, 'kind', kind, 'name', name,
+                   'payload', json(CASE WHEN json_valid(payload) THEN payload ELSE json_quote(payload) END),
+                   'tokened', json(CASE WHEN token IS NULL THEN 'false' ELSE 'true' END)),
+       'the instance ended before the signal was applied', :worker, :now
+FROM wf_signals
+WHERE instance_id = :id AND state = 'pending' AND kind = 'signal';
+UPDATE wf_signals
+SET state = CASE WHEN kind = 'timer' THEN 'void' ELSE 'dead' END, settled_at = :now
+WHERE instance_id = :id AND state = 'pending';
+-- A sub-workflow that ends makes its parent's waiting node task due, in the same commit
+-- (left alone while a runner holds it: that runner re-reads the child after parking).
+UPDATE wf_tasks
+SET due_at = CASE WHEN lease_owner IS NULL THEN :now ELSE due_at END
+WHERE (instance_id, slot) IN (SELECT parent_id, parent_node FROM wf_instances
+                             WHERE id = :id AND parent_node IS NOT NULL);
+SELECT :version + 1 AS version;
+
+-- name: apply_keep
+SELECT :version + 1 AS version;
+
 -- name: insert_event
 INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
 VALUES (:instance_id, :node, :event_type, :attempt, :payload, :error, :worker, :now);
@@ -35,37 +154,9 @@ SELECT * FROM wf_tasks WHERE instance_id = :id AND slot = :slot;
 -- name: events
 SELECT * FROM wf_events WHERE instance_id = :id AND seq > :after ORDER BY seq;
 
--- name: update_projection
-UPDATE wf_instances
-SET status = :status, step = :step, step_attempts = :step_attempts, attempts = :attempts,
-    progress = :progress, error = :error, cancel_requested = :cancel_requested,
-    waits = :waits, waiting_key = :waiting_key, waiting_kind = :waiting_kind,
-    waiting_token = :waiting_token, waiting_until = :waiting_until,
-    version = version + 1, updated_at = :now
-WHERE id = :id AND version = :version;
-
 -- name: bump_version
 UPDATE wf_instances SET version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
-
--- name: task_continue
-UPDATE wf_tasks
-SET node = :node, attempt = :attempt, in_flight = 1, failures = :failures,
-    lease_owner = :worker, due_at = :due_at
-WHERE instance_id = :instance_id AND slot = '';
-
--- name: task_reschedule
-INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt, in_flight,
-                      failures, lease_owner, created_at)
-SELECT id, '', :node, kind, type, priority, :due_at, :attempt, :in_doubt, :failures, NULL, :now
-FROM wf_instances WHERE id = :instance_id
-ON CONFLICT (instance_id, slot) DO UPDATE
--- in_flight stays set for a step still in doubt (decide.Reschedule.in_doubt)
-SET node = excluded.node, due_at = excluded.due_at, in_flight = excluded.in_flight,
-    failures = excluded.failures, lease_owner = NULL;
-
--- name: task_finish
-DELETE FROM wf_tasks WHERE instance_id = :instance_id AND slot = '';
 
 -- name: lease_task
 UPDATE wf_tasks SET lease_owner = :worker, lease_token = :token, due_at = :due_at
@@ -99,16 +190,6 @@ SET due_at = :now + :lease, heartbeat_token = lease_token,
 WHERE lease_owner = :worker AND due_at > :now
   AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
 SELECT changes() AS n;
-
--- name: dead_letter_instance
--- The decision dead-letters its instance: the envelope is what started it.
-INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
-SELECT id,
-       json_object('instance_id', id, 'type', type, 'kind', kind, 'input', json(input),
-                   'idempotency_key', idempotency_key, 'priority', priority,
-                   'step', :step, 'status', :status, 'error', json(:error)),
-       :reason, :worker, :now
-FROM wf_instances WHERE id = :id;
 
 -- name: release
 -- :ids is a JSON array. Only this worker's leases, and of those only the claim :token
@@ -219,49 +300,10 @@ WHERE instance_id IN (SELECT value FROM json_each(:ids)) AND lease_owner IS NULL
 
 -- Signals and timers (005). ----------------------------------------------------------
 
--- name: task_park
--- The step waits: parked until its deadline, or until a pending signal that may concern
--- the wait is due (one with a token, or an untokened one of its name) - but not one this
--- very commit settles (:settled_ids is a JSON array).
-UPDATE wf_tasks
-SET node = :node, in_flight = 0, failures = :failures, lease_owner = NULL,
-    due_at = min(:until, coalesce(
-        (SELECT min(s.due_at) FROM wf_signals s
-         WHERE s.instance_id = :instance_id AND s.state = 'pending' AND s.kind = 'signal'
-           AND (s.token IS NOT NULL OR s.name = :wait_name)
-           AND s.id NOT IN (SELECT value FROM json_each(:settled_ids))),
-        :until))
-WHERE instance_id = :instance_id AND slot = '';
-
 -- name: signal_insert
 INSERT INTO wf_signals (instance_id, kind, name, payload, token, due_at, created_at)
 VALUES (:instance_id, 'signal', :name, :payload, :token, :now + :delay, :now)
 RETURNING id;
-
--- name: timer_insert
--- A wait's deadline: a row of kind 'timer' due then (decide's SignalWrites.timer).
-INSERT INTO wf_signals (instance_id, kind, name, payload, token, due_at, created_at)
-VALUES (:instance_id, 'timer', 'timer', 'null', :token, :due_at, :now);
-
--- name: signal_settle
-UPDATE wf_signals SET state = :state, settled_at = :now
-WHERE id = :id AND instance_id = :instance_id AND state = 'pending';
-
--- name: signals_end_dead
--- An instance that ends dead-letters the signals it never applied and voids its timers.
-INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
-SELECT instance_id,
-       json_object('signal', id, 'instance_id', instance_id, 'kind', kind, 'name', name,
-                   'payload', json(CASE WHEN json_valid(payload) THEN payload ELSE json_quote(payload) END),
-                   'tokened', json(CASE WHEN token IS NULL THEN 'false' ELSE 'true' END)),
-       'the instance ended before the signal was applied', :worker, :now
-FROM wf_signals
-WHERE instance_id = :instance_id AND state = 'pending' AND kind = 'signal';
-
--- name: signals_end
-UPDATE wf_signals
-SET state = CASE WHEN kind = 'timer' THEN 'void' ELSE 'dead' END, settled_at = :now
-WHERE instance_id = :instance_id AND state = 'pending';
 
 -- name: signals_pending
 SELECT * FROM wf_signals
@@ -277,14 +319,6 @@ ORDER BY id DESC LIMIT :limit;
 SELECT state, count(*) AS n FROM wf_signals
 WHERE (:instance_id IS NULL OR instance_id = :instance_id)
 GROUP BY state;
--- name: finish_wake_parent
--- A sub-workflow that ends makes its parent's waiting node task due, in the same commit
--- (left alone while a runner holds it: that runner re-reads the child after parking).
-UPDATE wf_tasks
-SET due_at = CASE WHEN lease_owner IS NULL THEN :now ELSE due_at END
-WHERE (instance_id, slot) IN (SELECT parent_id, parent_node FROM wf_instances
-                             WHERE id = :id AND parent_node IS NOT NULL);
-
 -- name: wake_parent
 UPDATE wf_tasks SET due_at = :now
 WHERE lease_owner IS NULL
@@ -334,17 +368,23 @@ WHERE id = :id AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED');
 -- name: dag_slots
 SELECT slot FROM wf_tasks WHERE instance_id = :id ORDER BY slot;
 
--- name: dag_update_instance
+-- name: dag_apply
+-- One CAS commit, as PostgreSQL's statement: the version-checked instance row (the first
+-- statement: when it changes no row nothing after it runs), the events, the decision's
+-- dead letter (the envelope is what started the instance), the finished node's task or
+-- every task (:finish), the retried node's task - only while this worker still holds it
+-- (the lease fencing) - and the dispatched node tasks (:dispatch, a JSON array). A node
+-- task already open hits the unique index: a lost race.
 UPDATE wf_instances
 SET status = coalesce(:status, status), progress = coalesce(:progress, progress),
     error = coalesce(:error, error), version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
-
--- name: dag_apply_tasks
--- A script, after dag_apply's CAS (dag_update_instance) and its events, in the same
--- transaction: the decision's dead letter (the envelope is what started the instance),
--- the finished node's task or every task (:finish), and the retried node's task - only
--- while this worker still holds it.
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+SELECT :id, value ->> '$.node', value ->> '$.event_type', value ->> '$.attempt',
+       value -> '$.payload',
+       CASE WHEN json_type(value, '$.error') = 'null' THEN NULL ELSE value -> '$.error' END,
+       :worker, :now
+FROM json_each(:events) ORDER BY key;
 INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
 SELECT id,
        json_object('instance_id', id, 'type', type, 'kind', kind, 'input', json(input),
@@ -356,6 +396,12 @@ DELETE FROM wf_tasks WHERE instance_id = :id AND (:finish OR slot = :done);
 UPDATE wf_tasks
 SET due_at = :now + :retry_delay, failures = :retry_failures, in_flight = 0, lease_owner = NULL
 WHERE instance_id = :id AND slot = :retry AND lease_owner = :worker;
+INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
+                      created_at)
+SELECT i.id, d.value ->> '$.node', d.value ->> '$.node', 'dag', i.type, i.priority,
+       :now + (d.value ->> '$.delay'), d.value ->> '$.attempt', :now
+FROM wf_instances i, json_each(:dispatch) d WHERE i.id = :id ORDER BY d.key;
+SELECT :version + 1 AS version;
 
 -- name: dag_save
 INSERT INTO wf_dag_definitions (name, version, definition, created_at)
