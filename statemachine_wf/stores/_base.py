@@ -14,10 +14,19 @@ JSON value and an array parameter, and what to do after a write made work due. E
 dialect still translates its driver's errors in one wrapper of its own
 (``wrap_errors``), applied by those primitives.
 
-The decisions stay in the dialect classes for now (claim, claim_instance, apply,
-quarantine, create_many, and the DAG's create, claim, snapshot and commit): there the two
-stores differ in shape, not only in text - PostgreSQL decides in one statement of
-data-modifying CTEs, SQLite in Python between statements under its writer lock.
+The CAS commits are written here too (``apply``, ``dag_apply``): a decision is a list of
+named pieces whose first statement is the CAS on ``wf_instances.version``, and a dialect
+supplies only how to run them guarded by it (``_run_decision``: PostgreSQL one statement of
+data-modifying CTEs, SQLite a script that stops when the CAS changed no row). So are
+``quarantine``, ``create`` and ``dag_create``.
+
+Still per dialect: the claims (``claim``, ``claim_instance``, ``dag_claim``), ``create_many``
+and ``dag_snapshot``. SQLite's claim calls ``decide.start`` in Python between statements
+under its writer lock where PostgreSQL writes the start in SQL; SQLite's JSON renders a REAL
+with 15 significant digits, so it cannot hand back an instance row as one JSON value (as
+PostgreSQL's ``to_jsonb`` does for a claim or a snapshot) without changing its times; and
+``create_many`` has no set of "rows this statement inserted" on SQLite (PostgreSQL's
+RETURNING in a CTE), and the two differ on a key repeated in one batch with another type.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from ..store import (
     Commit,
     DagCommit,
     InstanceRecord,
+    NewDagInstance,
     NewInstance,
     TaskRecord,
     TypeKind,
@@ -52,6 +62,7 @@ from ._common import (
     incarnation_prefix,
     instance_record,
     letter_record,
+    new_event_dicts,
     projection_params,
     signal_counts,
     signal_record,
@@ -181,13 +192,16 @@ class SqlStore(ABC):
         # One commit: the instance, its WORKFLOW_CREATED event and its task, unless the
         # idempotency key is known (then nothing is written and the existing id returned).
         row = self._write_one("create", **self._create_params(new))
+        return self._created(row, new.idempotency_key) or self.create(new)
+
+    def _created(self, row: Row | None, key: str | None) -> tuple[str, bool] | None:
+        """What a create returns: its row's id, created; or the id holding the key; None
+        when the conflicting row vanished between the two statements (create again)."""
         if row is not None:
             self._made_due()
             return str(row["id"]), True
-        existing = self._read_one("instance_by_key", key=new.idempotency_key)
-        if existing is None:  # the conflicting row vanished between the two statements
-            return self.create(new)
-        return str(existing["id"]), False
+        existing = self._read_one("instance_by_key", key=key)
+        return None if existing is None else (str(existing["id"]), False)
 
     def get(self, instance_id: str) -> InstanceRecord | None:
         if not self._may_exist(instance_id):
@@ -581,6 +595,26 @@ class SqlStore(ABC):
                 raise StoreError(f"{self.dialect}: DAG {name!r}: the save returned no version")
             return int(row["version"])
         raise ConcurrencyConflict(name, -1)
+
+    def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
+        # One commit, as create: the instance, its run row, its events and its first node
+        # task, unless the idempotency key is known.
+        row = self._write_one(
+            "dag_create",
+            id=new.id,
+            type=new.type,
+            input=self._encode(new.input),
+            key=new.idempotency_key,
+            priority=new.priority,
+            parent_id=new.parent_id,
+            name=new.name,
+            version=new.version,
+            test=new.test,
+            events=self._encode(new_event_dicts(new.events)),
+            start=new.start,
+            delay=new.delay,
+        )
+        return self._created(row, new.idempotency_key) or self.dag_create(new)
 
     def dag_definition(
         self, name: str, version: int | None = None

@@ -23,7 +23,6 @@ from ..errors import (
 from ..store import (
     Claim,
     DagSnapshot,
-    NewDagInstance,
     NewInstance,
     TaskRecord,
 )
@@ -33,7 +32,6 @@ from ._common import (
     event_record,
     instance_record,
     key_clash,
-    new_event_dicts,
     new_lease_token,
     signal_record,
     task_record,
@@ -233,30 +231,6 @@ class PostgresStore(PgConnections):
         return None
 
     # -- DAG instances --------------------------------------------------------------------
-    def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
-        params = {
-            "id": new.id,
-            "type": new.type,
-            "input": _jsonb(new.input),
-            "key": new.idempotency_key,
-            "priority": new.priority,
-            "parent_id": new.parent_id,
-            "name": new.name,
-            "version": new.version,
-            "test": new.test,
-            "events": _jsonb(new_event_dicts(new.events)),
-            "start": new.start,
-            "delay": new.delay,
-            "channel": self.channel,
-        }
-        row = self._one(Q["dag_create"], params)
-        if row is not None:
-            return str(row["id"]), True
-        existing = self._one(Q["instance_by_key"], {"key": new.idempotency_key})
-        if existing is None:
-            return self.dag_create(new)
-        return str(existing["id"]), False
-
     def dag_claim(
         self,
         *,

@@ -12,11 +12,9 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from .. import decide
 from ..errors import (
-    ConcurrencyConflict,
     InvalidState,
     NotFound,
     PayloadTooLarge,
@@ -26,7 +24,6 @@ from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ..store import (
     Claim,
     DagSnapshot,
-    NewDagInstance,
     NewInstance,
     TaskRecord,
 )
@@ -37,7 +34,6 @@ from ._common import (
     instance_record,
     key_clash,
     loads,
-    new_event_dicts,
     new_lease_token,
     signal_record,
     task_record,
@@ -209,35 +205,6 @@ class SQLiteStore(SQLiteConnections):
             signals = tuple(signal_record(r, decoded=False) for r in rows)
         return Claim(leased, bumped, started=False, signals=signals)
 
-    def _insert_events(
-        self,
-        conn: sqlite3.Connection,
-        instance_id: str,
-        events: list[dict[str, Any]],
-        *,
-        worker: str | None,
-        now: float,
-    ) -> None:
-        try:
-            conn.executemany(
-                Q["insert_event"],
-                [
-                    {
-                        **e,
-                        "instance_id": instance_id,
-                        "payload": dumps(e["payload"]),
-                        "error": None if e["error"] is None else dumps(e["error"]),
-                        "worker": worker,
-                        "now": now,
-                    }
-                    for e in events
-                ],
-            )
-        except sqlite3.IntegrityError as exc:
-            # The unique index refused a duplicate once-per-attempt event: somebody else
-            # already wrote this decision. Treat it like a lost CAS.
-            raise ConcurrencyConflict(instance_id, -1) from exc
-
     # -- signals and timers ---------------------------------------------------------------
     def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:
         # The trigger's refusals (sql/sqlite/005_signals.sql), told apart by their text.
@@ -260,43 +227,6 @@ class SQLiteStore(SQLiteConnections):
         return DEFAULT_MAX_PAYLOAD_BYTES if row is None else int(row["value"])
 
     # -- DAG instances --------------------------------------------------------------------
-    def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
-        now = time.time()
-        with self._write() as conn:
-            if new.idempotency_key is not None:
-                row = conn.execute(Q["instance_by_key"], {"key": new.idempotency_key}).fetchone()
-                if row is not None:
-                    return str(row["id"]), False
-            conn.execute(
-                Q["dag_insert_instance"],
-                {
-                    "id": new.id,
-                    "type": new.type,
-                    "input": dumps(new.input),
-                    "key": new.idempotency_key,
-                    "priority": new.priority,
-                    "parent_id": new.parent_id,
-                    "now": now,
-                },
-            )
-            conn.execute(
-                Q["dag_insert_run"],
-                {"id": new.id, "name": new.name, "version": new.version, "test": int(new.test)},
-            )
-            self._insert_events(conn, new.id, new_event_dicts(new.events), worker=None, now=now)
-            conn.execute(
-                Q["dag_insert_task"],
-                {
-                    "instance_id": new.id,
-                    "node": new.start,
-                    "due_at": now + new.delay,
-                    "attempt": 0,
-                    "now": now,
-                },
-            )
-        self.nudge()
-        return new.id, True
-
     def dag_claim(
         self,
         *,

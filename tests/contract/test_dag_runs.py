@@ -86,6 +86,34 @@ def test_dag_create_is_idempotent_on_the_key(store: Store) -> None:
     assert store.count_instances() == 1
 
 
+def test_dag_create_of_a_known_id_and_key_writes_nothing(store: Store) -> None:
+    iid, _ = start(store, key="dag-1")
+    created = {"input": {"x": 2}, "dag": DEFINITION.dump(), "ref": {"name": "linear"}}
+    again = NewDagInstance(
+        id=iid,
+        type=DAG_TYPE,
+        input={"x": 2},
+        start=GRAPH.start,
+        events=tuple(interpret.start_events(GRAPH, created)),
+        name="linear",
+        idempotency_key="dag-1",
+    )
+    assert store.dag_create(again) == (iid, False)  # the same id and key: a retry
+    snap = store.dag_snapshot(iid)
+    assert snap is not None
+    assert [e.event_type for e in snap.events] == [Ev.CREATED, Ev.NODE_DISPATCHED]
+    assert snap.open_slots == ("s",)
+    assert snap.instance.input == {"x": 1}
+    # A key a machine instance holds: its id back, and nothing of a DAG added to it.
+    machine_id = str(uuid.uuid4())
+    store.create(NewInstance(machine_id, "t.machine.v1", {}, "first", "machine", "m-1"))
+    other = replace(again, id=machine_id, idempotency_key="m-1")
+    assert store.dag_create(other) == (machine_id, False)
+    assert store.task(machine_id, "s") is None
+    assert [e.event_type for e in store.events(machine_id)] == [Ev.CREATED]
+    assert store.count_instances() == 2
+
+
 def test_dag_claim_leases_a_node_task_and_starts_it_once(store: Store) -> None:
     iid, _ = start(store)
     claim = claim_node(store, "s")

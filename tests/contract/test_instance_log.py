@@ -231,3 +231,24 @@ def test_quarantine_of_an_unknown_instance_writes_nothing(store: Store) -> None:
     assert store.get(missing) is None
     assert store.events(missing) == []
     assert all(letter["instance_id"] != missing for letter in store.dead_letters())
+
+
+def test_apply_keeps_event_payloads_and_the_projection_exactly(store: Store) -> None:
+    claim = started(store)
+    iid = claim.instance.id
+    state = claim.instance.projection(in_flight=True)
+    delta = {"f": 0.1, "big": 2**53 + 1, "s": 'é \u2603 "q"', "nested": {"z": [1, None, True]}}
+    version = store.apply(
+        Commit(iid, claim.instance.version, decide.saved(state, "first", 1, delta), "w")
+    )
+    assert version == claim.instance.version + 1
+    last = store.events(iid)[-1]
+    assert last.event_type == Ev.PROGRESS_SET
+    assert last.payload == {"progress": delta}
+    assert last.error is None
+    assert last.worker == "w"
+    rec = store.get(iid)
+    assert rec is not None
+    assert rec.version == version
+    assert rec.progress == delta
+    assert_row_is_the_fold(store, iid)

@@ -138,10 +138,6 @@ SELECT :version + 1 AS version;
 -- name: apply_keep
 SELECT :version + 1 AS version;
 
--- name: insert_event
-INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
-VALUES (:instance_id, :node, :event_type, :attempt, :payload, :error, :worker, :now);
-
 -- name: instance_by_key
 SELECT id, type FROM wf_instances WHERE idempotency_key = :key;
 
@@ -330,20 +326,33 @@ SELECT * FROM wf_instances WHERE parent_id = :id ORDER BY created_at;
 
 -- DAG instances (kind = 'dag'): one task per dispatched node, slot = node id. --------
 
--- name: dag_insert_instance
+-- name: dag_create
+-- A script (one transaction), as PostgreSQL's statement of the same name: the instance
+-- unless its idempotency key is known (the same id and key again inserts nothing), then -
+-- only if that row went in - its events (:events, a JSON array), its run row, its first
+-- node task. changes() is the previous statement's count: the events are gated on the
+-- instance's insert, the run on the row being a DAG's with no run yet (only a DAG instance
+-- created by this very script has none: the two go in together), the task on the run's
+-- insert, the returned id on the task's. Returns the id when created.
 INSERT INTO wf_instances (id, type, kind, status, input, idempotency_key, priority,
                           parent_id, created_at, updated_at)
-VALUES (:id, :type, 'dag', 'RUNNING', :input, :key, :priority, :parent_id, :now, :now);
-
--- name: dag_insert_run
+VALUES (:id, :type, 'dag', 'RUNNING', :input, :key, :priority, :parent_id, :now, :now)
+ON CONFLICT (idempotency_key) DO NOTHING;
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+SELECT :id, value ->> '$.node', value ->> '$.event_type', value ->> '$.attempt',
+       value -> '$.payload',
+       CASE WHEN json_type(value, '$.error') = 'null' THEN NULL ELSE value -> '$.error' END,
+       NULL, :now
+FROM json_each(:events) WHERE changes() = 1 ORDER BY key;
 INSERT INTO wf_dag_runs (instance_id, name, version, test)
-VALUES (:id, :name, :version, :test);
-
--- name: dag_insert_task
+SELECT id, :name, :version, :test FROM wf_instances
+WHERE id = :id AND kind = 'dag'
+  AND NOT EXISTS (SELECT 1 FROM wf_dag_runs WHERE instance_id = :id);
 INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
                       created_at)
-SELECT id, :node, :node, 'dag', type, priority, :due_at, :attempt, :now
-FROM wf_instances WHERE id = :instance_id;
+SELECT id, :start, :start, 'dag', type, priority, :now + :delay, 0, :now
+FROM wf_instances WHERE id = :id AND changes() = 1;
+SELECT :id AS id WHERE changes() = 1;
 
 -- name: dag_due
 SELECT * FROM wf_tasks WHERE due_at <= ? AND kind = 'dag'
