@@ -44,6 +44,7 @@ from ..events import EventRecord, NewEvent, Status
 from ..fold import Projection
 from ..store import (
     KIND_NAMES,
+    Claim,
     Commit,
     DagCommit,
     InstanceRecord,
@@ -55,6 +56,7 @@ from ..store import (
 )
 from ..waits import NewSignal, SignalRecord
 from ._common import (
+    Undecodable,
     dag_apply_params,
     dag_wakes,
     event_dicts,
@@ -63,11 +65,13 @@ from ._common import (
     instance_record,
     letter_record,
     new_event_dicts,
+    new_lease_token,
     projection_params,
     signal_counts,
     signal_record,
     signal_write_params,
     task_record,
+    undecodable,
 )
 
 Row = Any
@@ -615,6 +619,51 @@ class SqlStore(ABC):
             delay=new.delay,
         )
         return self._created(row, new.idempotency_key) or self.dag_create(new)
+
+    def _claimed_instance(self, conn: Any, row: Row) -> Any:
+        """The instance row of a claimed task, on the claim's connection: PostgreSQL's
+        statement returns it (``to_jsonb``, an :class:`Undecodable` if it would not
+        decode); SQLite reads it inside the claim's transaction (as columns: SQLite's JSON
+        would round its times to 15 digits)."""
+        return row["instance"]
+
+    def dag_claim(
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        lease: float,
+        limit: int = 1,
+        incarnation: str = "",
+    ) -> list[Claim]:
+        # One commit: the leases (under one fresh token: see new_lease_token) and each
+        # node's NODE_STARTED, the intent a crashed runner leaves behind.
+        params = self._params(
+            types=self._array(types),
+            worker=worker,
+            lease=lease,
+            limit=limit,
+            token=new_lease_token(incarnation),
+        )
+        with self._statement() as conn:
+            rows = list(self._run(conn, "dag_claim", params).fetchall())
+            claimed = [(r, self._claimed_instance(conn, r)) for r in rows]
+        claims = []
+        for r, raw in claimed:
+            problem = (
+                f"stored instance: {raw.reason}"
+                if isinstance(raw, Undecodable)
+                else undecodable(instance_record(raw))
+            )
+            if problem is not None:  # leased and started: set aside until redriven
+                self.quarantine(
+                    str(r["instance_id"]), reason=f"corrupt row: {problem}", worker=worker
+                )
+                continue
+            claims.append(
+                Claim(task_record(r), instance_record(raw), started=True, more=bool(r["more"]))
+            )
+        return claims
 
     def dag_definition(
         self, name: str, version: int | None = None

@@ -231,39 +231,6 @@ class PostgresStore(PgConnections):
         return None
 
     # -- DAG instances --------------------------------------------------------------------
-    def dag_claim(
-        self,
-        *,
-        worker: str,
-        types: Sequence[str],
-        lease: float,
-        limit: int = 1,
-        incarnation: str = "",
-    ) -> list[Claim]:
-        params = {
-            "types": list(types),
-            "worker": worker,
-            "lease": lease,
-            "limit": limit,
-            "token": new_lease_token(incarnation),
-        }
-        rows = self._all(Q["dag_claim"], params)
-        claims = []
-        for r in rows:
-            raw = r["instance"]
-            problem = (
-                f"stored instance: {raw.reason}"
-                if isinstance(raw, Undecodable)
-                else undecodable(instance_record(raw))
-            )
-            if problem is not None:
-                self.quarantine(
-                    str(r["instance_id"]), reason=f"corrupt row: {problem}", worker=worker
-                )
-                continue
-            claims.append(Claim(task_record(r), instance_record(raw), started=True, more=r["more"]))
-        return claims
-
     def dag_snapshot(self, instance_id: str, *, after_seq: int = 0) -> DagSnapshot | None:
         # One statement reads the version, the events and the slots from one MVCC
         # snapshot: anything committed after it that matters bumps the version, so the

@@ -227,58 +227,12 @@ class SQLiteStore(SQLiteConnections):
         return DEFAULT_MAX_PAYLOAD_BYTES if row is None else int(row["value"])
 
     # -- DAG instances --------------------------------------------------------------------
-    def dag_claim(
-        self,
-        *,
-        worker: str,
-        types: Sequence[str],
-        lease: float,
-        limit: int = 1,
-        incarnation: str = "",
-    ) -> list[Claim]:
-        now = time.time()
-        token = new_lease_token(incarnation)
-        where, params = _type_filter(types)
-        sql = Q["dag_due"] + where + " ORDER BY priority, due_at LIMIT ?"
-        claims: list[Claim] = []
-        with self._write() as conn:
-            rows = conn.execute(sql, [now, *params, limit + 1]).fetchall()
-            more = len(rows) > limit  # another due task: the runner wakes one more worker
-            for row in rows[:limit]:
-                task = task_record(row)
-                conn.execute(
-                    Q["dag_lease"],
-                    {"task_id": task.id, "worker": worker, "due_at": now + lease, "token": token},
-                )
-                conn.execute(
-                    Q["dag_started"],
-                    {
-                        "instance_id": task.instance_id,
-                        "node": task.slot,
-                        "attempt": task.attempt + 1,
-                        "payload": dumps({"failures": task.failures}),
-                        "worker": worker,
-                        "now": now,
-                    },
-                )
-                inst = instance_record(
-                    conn.execute(Q["get_instance"], {"id": task.instance_id}).fetchone()
-                )
-                problem = undecodable(inst)
-                if problem is not None:
-                    self._run(
-                        conn,
-                        "quarantine",
-                        self._quarantine_params(
-                            task.instance_id, f"corrupt row: {problem}", worker
-                        ),
-                    )
-                    continue
-                leased = _leased(
-                    task, worker, now + lease, task.attempt + 1, started=True, token=token
-                )
-                claims.append(Claim(leased, inst, started=True, more=more))
-        return claims
+    def _claimed_instance(self, conn: sqlite3.Connection, row: sqlite3.Row) -> sqlite3.Row | None:
+        # Read as columns inside the claim's transaction (see SqlStore._claimed_instance).
+        found: sqlite3.Row | None = conn.execute(
+            Q["get_instance"], {"id": row["instance_id"]}
+        ).fetchone()
+        return found
 
     def dag_snapshot(self, instance_id: str, *, after_seq: int = 0) -> DagSnapshot | None:
         # The version is read first: anything committed after it that matters bumps it,

@@ -247,3 +247,30 @@ def test_a_node_claim_carries_its_lease_and_its_token_fences_the_hand_back(store
     freed = store.task(iid, "s")
     assert freed is not None
     assert not freed.leased
+
+
+def test_dag_claim_says_whether_more_is_due_and_fences_each_claim_by_its_token(
+    store: Store,
+) -> None:
+    first, _ = start(store)
+    second, _ = start(store)
+    [a] = store.dag_claim(worker="w", types=[DAG_TYPE], lease=300)
+    assert a.more  # the other instance's node task is due too
+    [b] = store.dag_claim(worker="w", types=[DAG_TYPE], lease=300)
+    assert not b.more
+    assert {a.instance.id, b.instance.id} == {first, second}
+    assert a.task.lease_token is not None
+    assert b.task.lease_token is not None
+    assert a.task.lease_token != b.task.lease_token
+    assert (a.task.attempt, a.task.in_flight, a.task.leased) == (1, True, True)
+    started = [e for e in store.events(a.instance.id) if e.event_type == Ev.NODE_STARTED]
+    assert [(e.node, e.attempt, e.payload) for e in started] == [("s", 1, {"failures": 0})]
+    # A hand-back under a's token frees a's task only.
+    store.release(worker="w", instance_ids=[a.instance.id, b.instance.id], token=a.task.lease_token)
+    freed = store.task(a.instance.id, "s")
+    held = store.task(b.instance.id, "s")
+    assert freed is not None
+    assert held is not None
+    assert freed.lease_owner is None
+    assert held.lease_owner == "w"
+    assert store.dag_claim(worker="w", types=["t.other.v1"], lease=300) == []

@@ -354,18 +354,31 @@ SELECT id, :start, :start, 'dag', type, priority, :now + :delay, 0, :now
 FROM wf_instances WHERE id = :id AND changes() = 1;
 SELECT :id AS id WHERE changes() = 1;
 
--- name: dag_due
-SELECT * FROM wf_tasks WHERE due_at <= ? AND kind = 'dag'
-
--- name: dag_lease
-UPDATE wf_tasks SET lease_owner = :worker, lease_token = :token, due_at = :due_at,
-                    attempt = attempt + 1, in_flight = 1
-WHERE id = :task_id;
-
--- name: dag_started
+-- name: dag_claim
+-- A script (one transaction), as PostgreSQL's statement of the same name: lease and intent
+-- in one commit. The due node tasks of :types (a JSON array), :limit of them, are leased
+-- under :token - fresh for every claim, so it names exactly the rows this claim took, and
+-- a later heartbeat or hand-back by that token touches only them (the lease fencing) -
+-- with the node's next try; then each one's NODE_STARTED (once: a duplicate is ignored);
+-- then the leased rows, and whether another node task is due (to wake one more worker).
+UPDATE wf_tasks
+SET lease_owner = :worker, lease_token = :token, due_at = :now + :lease,
+    attempt = attempt + 1, in_flight = 1
+WHERE id IN (SELECT id FROM wf_tasks
+             WHERE due_at <= :now AND kind = 'dag'
+               AND type IN (SELECT value FROM json_each(:types))
+             ORDER BY priority, due_at LIMIT :limit);
 INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, worker,
                                  created_at)
-VALUES (:instance_id, :node, 'NODE_STARTED', :attempt, :payload, :worker, :now);
+SELECT instance_id, slot, 'NODE_STARTED', attempt, json_object('failures', failures), :worker,
+       :now
+FROM wf_tasks WHERE lease_token = :token ORDER BY priority, id;
+SELECT t.*, 1 AS leased,
+       EXISTS (SELECT 1 FROM wf_tasks m
+               WHERE m.due_at <= :now AND m.kind = 'dag'
+                 AND m.type IN (SELECT value FROM json_each(:types))
+                 AND m.lease_token IS NOT :token) AS more
+FROM wf_tasks t WHERE t.lease_token = :token ORDER BY t.priority, t.id;
 
 -- name: dag_record
 INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, error,
