@@ -18,15 +18,16 @@ The CAS commits are written here too (``apply``, ``dag_apply``): a decision is a
 named pieces whose first statement is the CAS on ``wf_instances.version``, and a dialect
 supplies only how to run them guarded by it (``_run_decision``: PostgreSQL one statement of
 data-modifying CTEs, SQLite a script that stops when the CAS changed no row). So are
-``quarantine``, ``create`` and ``dag_create``.
+``quarantine``, ``create``, ``dag_create`` and ``dag_claim`` (whose claimed instance a
+dialect hands over through ``_claimed_instance``).
 
-Still per dialect: the claims (``claim``, ``claim_instance``, ``dag_claim``), ``create_many``
-and ``dag_snapshot``. SQLite's claim calls ``decide.start`` in Python between statements
-under its writer lock where PostgreSQL writes the start in SQL; SQLite's JSON renders a REAL
-with 15 significant digits, so it cannot hand back an instance row as one JSON value (as
-PostgreSQL's ``to_jsonb`` does for a claim or a snapshot) without changing its times; and
-``create_many`` has no set of "rows this statement inserted" on SQLite (PostgreSQL's
-RETURNING in a CTE), and the two differ on a key repeated in one batch with another type.
+Still per dialect: ``claim``, ``claim_instance``, ``create_many`` and ``dag_snapshot``.
+SQLite's claim calls ``decide.start`` in Python between statements under its writer lock
+where PostgreSQL writes the start in SQL; SQLite's JSON renders a REAL with 15 significant
+digits, so it cannot hand back rows as one JSON value (as PostgreSQL's ``to_jsonb`` does
+for a claim or a snapshot) without changing their times; and ``create_many`` has no set of
+"rows this statement inserted" on SQLite (PostgreSQL's RETURNING in a CTE), and the two
+differ on a key repeated in one batch with another type.
 """
 
 from __future__ import annotations
