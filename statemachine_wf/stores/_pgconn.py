@@ -4,7 +4,7 @@ Everything :class:`~statemachine_wf.stores.postgres.PostgresStore` needs to talk
 server, apart from the SQL: a ``psycopg_pool`` pool of autocommit connections (checked
 after an outage, re-grown at a fixed interval while the database is away), the one
 wrapper that turns driver errors into the port's (:func:`wrap_errors`), the primitives of
-:class:`~statemachine_wf.stores._base.SqlStore`, the ``LISTEN`` thread that wakes idle
+:class:`~statemachine_wf.stores._decisions.SqlStore`, the ``LISTEN`` thread that wakes idle
 runners, and the migrations the first call applies.
 """
 
@@ -30,8 +30,8 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..limits import checked_dumps, configured_max_payload_bytes
-from ._base import SqlStore
 from ._common import Wakeup, loads
+from ._decisions import SqlStore
 from ._sql import migrations, queries
 
 try:

@@ -4,7 +4,7 @@ Everything :class:`~statemachine_wf.stores.sqlite.SQLiteStore` needs to talk to 
 apart from the SQL: a connection per thread (WAL, ``synchronous``, foreign keys), every
 write in ``BEGIN IMMEDIATE`` behind an in-process writer lock, the one wrapper that turns
 driver errors into the port's (:func:`wrap_errors`), the primitives of
-:class:`~statemachine_wf.stores._base.SqlStore` (a named query may be a short script),
+:class:`~statemachine_wf.stores._decisions.SqlStore` (a named query may be a short script),
 the wake-ups (an in-process condition, and a watcher of ``PRAGMA data_version`` for
 other processes' commits, which also feeds the live updates), and the migrations the
 first connection applies.
@@ -30,8 +30,8 @@ from ..errors import (
     StoreError,
 )
 from ..limits import configured_max_payload_bytes
-from ._base import SqlStore
 from ._common import Wakeup, dumps
+from ._decisions import SqlStore
 from ._live import LiveHub, Subscription
 from ._sql import migrations, queries, split_statements
 
