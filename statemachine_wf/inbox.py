@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ from .errors import InputError, InvalidState, NotFound, UnknownWorkflowType
 from .events import Status
 from .limits import check_payload
 from .store import RESOLVE_ON_CLAIM, NewInstance, Store
+from .workflow import Workflow
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -47,7 +48,7 @@ class Producer(Protocol):
     def store(self) -> Store: ...
 
     @property
-    def classes(self) -> Any: ...
+    def classes(self) -> Mapping[str, type[Workflow[Any, Any]]]: ...
 
     def start(
         self, workflow: Any, input: Any, *, idempotency_key: str | None = ..., priority: int = ...

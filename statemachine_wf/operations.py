@@ -128,18 +128,16 @@ class Engine:
 
 def engine(record: InstanceRecord) -> Engine:
     """The engine of ``record``'s kind."""
-    try:
-        return _ENGINES[record.kind]
-    except KeyError:
-        raise InvalidState(f"instance {record.id} has an unknown kind {record.kind!r}") from None
+    return engine_of(record.kind, record.id)
 
 
-def engine_of(kind: str) -> Engine:
-    """The engine of ``kind`` (``"machine"`` or ``"dag"``)."""
+def engine_of(kind: str, instance_id: str | None = None) -> Engine:
+    """The engine of ``kind`` (``"machine"`` or ``"dag"``); InvalidState for another."""
     try:
         return _ENGINES[kind]
     except KeyError:
-        raise InvalidState(f"unknown kind of workflow instance {kind!r}") from None
+        of = "" if instance_id is None else f" of instance {instance_id}"
+        raise InvalidState(f"unknown kind{of} {kind!r}") from None
 
 
 def project(store: Store, record: InstanceRecord) -> Projection:

@@ -15,20 +15,20 @@ JSON value and an array parameter, and what to do after a write made work due. E
 dialect still translates its driver's errors in one wrapper of its own
 (``wrap_errors``), applied by those primitives.
 
-The CAS commits are written once too, in :mod:`._decisions` (``apply``, ``dag_apply``): a decision is a list of
-named pieces whose first statement is the CAS on ``wf_instances.version``, and a dialect
-supplies only how to run them guarded by it (``_run_decision``: PostgreSQL one statement of
-data-modifying CTEs, SQLite a script that stops when the CAS changed no row). So are
-``quarantine``, ``create``, ``dag_create`` and ``dag_claim`` (whose claimed instance a
-dialect hands over through ``_claimed_instance``).
+The CAS commits are written once too, in :mod:`._decisions` (``apply``, ``dag_apply``): a
+decision is a list of named pieces whose first statement is the CAS on
+``wf_instances.version``, and a dialect supplies only how to run them guarded by it
+(``_run_decision``: PostgreSQL one statement of data-modifying CTEs, SQLite a script that
+stops when the CAS changed no row). So are the claims (``claim``, ``claim_instance``,
+``dag_claim``), ``quarantine``, ``create``, ``create_many`` and ``dag_create``.
 
-Still per dialect: ``claim``, ``claim_instance``, ``create_many`` and ``dag_snapshot``.
-SQLite's claim calls ``decide.start`` in Python between statements under its writer lock
-where PostgreSQL writes the start in SQL; SQLite's JSON renders a REAL with 15 significant
-digits, so it cannot hand back rows as one JSON value (as PostgreSQL's ``to_jsonb`` does
-for a claim or a snapshot) without changing their times; and ``create_many`` has no set of
-"rows this statement inserted" on SQLite (PostgreSQL's RETURNING in a CTE), and the two
-differ on a key repeated in one batch with another type.
+What a dialect still hands over by itself, each for a reason of its SQL: the claimed
+instance and its due signals (``_claimed_instance``, ``_claimed_signals``: PostgreSQL's
+statement returns them as ``to_jsonb``, while SQLite's JSON renders a REAL with 15
+significant digits, so SQLite reads them as columns in the claim's transaction); a batch
+of creates (``_create_batch``: PostgreSQL one statement over arrays, SQLite the create
+script per item, having no set of "rows this statement inserted"); and ``dag_snapshot``
+(PostgreSQL one statement from one MVCC snapshot, SQLite three reads, the version first).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from ._common import (
     event_record,
     incarnation_prefix,
     instance_record,
+    key_clash,
     letter_record,
     projection_params,
     signal_counts,
@@ -188,6 +189,25 @@ class SqlBase(ABC):
         # idempotency key is known (then nothing is written and the existing id returned).
         row = self._write_one("create", **self._create_params(new))
         return self._created(row, new.idempotency_key) or self.create(new)
+
+    def create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
+        # One commit for the batch, all or nothing. A key twice in it is one instance (the
+        # first), unless the two want different types: then the batch is refused, as it
+        # is when a stored key started another type.
+        first: dict[str, NewInstance] = {}
+        for new in news:
+            if new.idempotency_key is not None:
+                seen = first.setdefault(new.idempotency_key, new)
+                if seen.type != new.type:
+                    raise key_clash(new.idempotency_key, seen.id, seen.type, new.type)
+        out = self._create_batch(news) if news else []
+        if any(created for _, created in out):
+            self._made_due()
+        return out
+
+    @abstractmethod
+    def _create_batch(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
+        """``create`` for every item in one commit (keys checked by ``create_many``)."""
 
     def _created(self, row: Row | None, key: str | None) -> tuple[str, bool] | None:
         """What a create returns: its row's id, created; or the id holding the key; None

@@ -1,5 +1,5 @@
-"""The decisions written once for both stores: the CAS commits, quarantine, DAG create
-and claim (see :mod:`._base` for how a dialect supplies its SQL).
+"""The decisions written once for both stores: the CAS commits, quarantine, the claims,
+DAG create and claim (see :mod:`._base` for how a dialect supplies its SQL).
 
 A CAS commit is a list of named query pieces: the first statement of the first piece is
 the version check on ``wf_instances.version`` and the last returns the new version, so
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, assert_never
 
 from ..decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
-from ..errors import ConcurrencyConflict
+from ..errors import ConcurrencyConflict, StoreError
 from ..store import Claim, Commit, DagCommit, NewDagInstance
 from ._base import Row, SqlBase
 from ._common import (
@@ -24,6 +24,7 @@ from ._common import (
     new_event_dicts,
     new_lease_token,
     projection_params,
+    signal_record,
     signal_write_params,
     task_record,
     undecodable,
@@ -150,6 +151,120 @@ class SqlStore(SqlBase):
         with self._statement() as conn:
             self._run(conn, "quarantine", self._quarantine_params(instance_id, reason, worker))
 
+    # -- TaskQueue: the claims -----------------------------------------------------------
+    def _claimed_instance(self, conn: Any, row: Row) -> Any:
+        """The instance row of a claimed task, on the claim's connection: PostgreSQL's
+        statement returns it (``to_jsonb``, an :class:`Undecodable` if it would not
+        decode; None when an operator changed it between the statement's read and its
+        write); SQLite reads it inside the claim's transaction (as columns: SQLite's JSON
+        would round its times to 15 digits)."""
+        return row["instance"]
+
+    def _claimed_signals(self, conn: Any, row: Row, instance: Any) -> Any:
+        """The due pending signals of a claimed waiting instance that did not start, read
+        with the claim so a resume takes one round trip less (None: the runner reads
+        them). PostgreSQL's statement returns them; SQLite reads them in the claim's
+        transaction."""
+        return row["signals"]
+
+    def claim(
+        self,
+        *,
+        worker: str,
+        types: Sequence[str],
+        lease: float,
+        limit: int = 1,
+        incarnation: str = "",
+    ) -> list[Claim]:
+        # One commit: the due tasks leased under one fresh token (see new_lease_token),
+        # every claimed instance's version bumped (an earlier holder whose lease expired
+        # loses its next CAS instead of writing over ours), and where the step may start
+        # at once its next attempt's intent, STEP_STARTED: what a crashed runner leaves.
+        params = self._params(
+            types=self._array(types),
+            worker=worker,
+            lease=lease,
+            limit=limit,
+            token=new_lease_token(incarnation),
+        )
+        with self._statement() as conn:
+            claimed = []
+            for row in self._run(conn, "claim", params).fetchall():
+                raw = self._claimed_instance(conn, row)
+                claimed.append((row, raw, self._claimed_signals(conn, row, raw)))
+        claims = []
+        for row, raw, raw_signals in claimed:
+            try:
+                task = task_record(row)
+                if raw is None:  # changed under the statement: we hold the task, look afresh
+                    claims.append(self._claim_afresh(task, worker, lease, incarnation))
+                    continue
+                instance = self._checked(raw)
+                signals = (
+                    None  # one payload too deep: the runner reads them one by one
+                    if raw_signals is None or isinstance(raw_signals, Undecodable)
+                    else tuple(signal_record(r, decoded=self.json_decoded) for r in raw_signals)
+                )
+                claims.append(Claim(task, instance, started=bool(row["started"]), signals=signals))
+            except (ValueError, KeyError, TypeError) as exc:
+                # A row no decision can be made on: leased (so nobody else spins on it),
+                # then set aside with a dead letter until an operator redrives it.
+                self.quarantine(
+                    str(row["instance_id"]), reason=f"corrupt row: {exc}", worker=worker
+                )
+        return claims
+
+    @staticmethod
+    def _checked(raw: Any) -> Any:
+        """The :class:`InstanceRecord` of a claimed row; ValueError if it cannot be read."""
+        if isinstance(raw, Undecodable):
+            raise ValueError(f"stored instance: {raw.reason}")
+        instance = instance_record(raw)
+        problem = undecodable(instance)
+        if problem is not None:
+            raise ValueError(problem)
+        return instance
+
+    def _lease_afresh(
+        self, conn: Any, task_id: int, instance_id: str, worker: str, lease: float, inc: str
+    ) -> tuple[Row, Row]:
+        """Bump the instance's version and lease its task, in the caller's transaction;
+        the two rows as they are now. Nothing starts: the runner decides from the log."""
+        inst = self._run(conn, "bump_version", self._params(id=instance_id)).fetchone()
+        leased = self._run(
+            conn,
+            "lease_task",
+            self._params(task_id=task_id, worker=worker, lease=lease, token=new_lease_token(inc)),
+        ).fetchone()
+        if inst is None or leased is None:  # raised inside the transaction: rolled back
+            raise StoreError(f"{self.dialect}: claim of {instance_id}: its rows are gone")
+        return inst, leased
+
+    def _claim_afresh(self, task: Any, worker: str, lease: float, inc: str) -> Claim:
+        with self._transaction() as conn:
+            inst, leased = self._lease_afresh(conn, task.id, task.instance_id, worker, lease, inc)
+        return Claim(task_record(leased), instance_record(inst), started=False)
+
+    def claim_instance(
+        self, instance_id: str, *, worker: str, lease: float, incarnation: str = ""
+    ) -> Claim | None:
+        # The start-up pass's claim of one instance it knows about (see the query for
+        # which tasks it may take); never starts anything.
+        if not self._may_exist(instance_id):
+            return None
+        with self._transaction() as conn:
+            locked = self._run(conn, "claim_instance_lock", self._params(id=instance_id)).fetchone()
+            if locked is None:
+                return None
+            inst, leased = self._lease_afresh(
+                conn, locked["id"], instance_id, worker, lease, incarnation
+            )
+        try:
+            return Claim(task_record(leased), self._checked(inst), started=False)
+        except (ValueError, KeyError, TypeError) as exc:
+            self.quarantine(instance_id, reason=f"corrupt row: {exc}", worker=worker)
+            return None
+
     # -- DagRuns: create and claim ---------------------------------------------------
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
         # One commit, as create: the instance, its run row, its events and its first node
@@ -170,13 +285,6 @@ class SqlStore(SqlBase):
             delay=new.delay,
         )
         return self._created(row, new.idempotency_key) or self.dag_create(new)
-
-    def _claimed_instance(self, conn: Any, row: Row) -> Any:
-        """The instance row of a claimed task, on the claim's connection: PostgreSQL's
-        statement returns it (``to_jsonb``, an :class:`Undecodable` if it would not
-        decode); SQLite reads it inside the claim's transaction (as columns: SQLite's JSON
-        would round its times to 15 digits)."""
-        return row["instance"]
 
     def dag_claim(
         self,
@@ -201,17 +309,10 @@ class SqlStore(SqlBase):
             claimed = [(r, self._claimed_instance(conn, r)) for r in rows]
         claims = []
         for r, raw in claimed:
-            problem = (
-                f"stored instance: {raw.reason}"
-                if isinstance(raw, Undecodable)
-                else undecodable(instance_record(raw))
-            )
-            if problem is not None:  # leased and started: set aside until redriven
-                self.quarantine(
-                    str(r["instance_id"]), reason=f"corrupt row: {problem}", worker=worker
-                )
+            try:
+                instance = self._checked(raw)
+            except (ValueError, KeyError, TypeError) as exc:  # leased and started: set aside
+                self.quarantine(str(r["instance_id"]), reason=f"corrupt row: {exc}", worker=worker)
                 continue
-            claims.append(
-                Claim(task_record(r), instance_record(raw), started=True, more=bool(r["more"]))
-            )
+            claims.append(Claim(task_record(r), instance, started=True, more=bool(r["more"])))
         return claims

@@ -21,21 +21,14 @@ from ..errors import (
     StoreError,
 )
 from ..store import (
-    Claim,
     DagSnapshot,
     NewInstance,
-    TaskRecord,
 )
 from ..waits import NewSignal
 from ._common import (
-    Undecodable,
     event_record,
     instance_record,
     key_clash,
-    new_lease_token,
-    signal_record,
-    task_record,
-    undecodable,
 )
 from ._live import LiveHub, Subscription
 
@@ -65,9 +58,7 @@ class PostgresStore(PgConnections):
     json_decoded = True  # jsonb comes back decoded (by _common.loads, see _configured)
 
     # -- producers --------------------------------------------------------------------
-    def create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
-        if not news:
-            return []
+    def _create_batch(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
         params = {
             "ids": [n.id for n in news],
             "types": [n.type for n in news],
@@ -122,97 +113,6 @@ class PostgresStore(PgConnections):
     def _live_sweep(self) -> None:
         with self._conn() as conn:
             conn.execute(Q["live_sweep"])
-
-    # -- runners ----------------------------------------------------------------------
-    def claim(
-        self,
-        *,
-        worker: str,
-        types: Sequence[str],
-        lease: float,
-        limit: int = 1,
-        incarnation: str = "",
-    ) -> list[Claim]:
-        rows = self._all(
-            Q["claim"],
-            {
-                "types": list(types),
-                "worker": worker,
-                "lease": lease,
-                "limit": limit,
-                "token": new_lease_token(incarnation),
-            },
-        )
-        claims = []
-        for row in rows:
-            try:
-                task = task_record(row)
-                raw = row["instance"]
-                if raw is None:
-                    # The instance changed between our read and our write (an operator):
-                    # we hold the task, but must look at the instance afresh.
-                    claims.append(
-                        self._bare_claim(task, worker=worker, lease=lease, incarnation=incarnation)
-                    )
-                    continue
-                if isinstance(raw, Undecodable):
-                    raise ValueError(f"stored instance: {raw.reason}")
-                instance = instance_record(raw)
-                problem = undecodable(instance)
-                if problem is not None:
-                    raise ValueError(problem)
-                raw_signals = row["signals"]
-                signals = (
-                    None  # one payload too deep: the runner reads them one by one
-                    if raw_signals is None or isinstance(raw_signals, Undecodable)
-                    else tuple(signal_record(r, decoded=True) for r in raw_signals)
-                )
-                claims.append(Claim(task, instance, started=bool(row["started"]), signals=signals))
-            except (ValueError, KeyError, TypeError) as exc:
-                self.quarantine(
-                    str(row["instance_id"]), reason=f"corrupt row: {exc}", worker=worker
-                )
-        return claims
-
-    def _bare_claim(
-        self, task: TaskRecord, *, worker: str, lease: float, incarnation: str
-    ) -> Claim:
-        with self._conn() as conn, conn.transaction():
-            inst = conn.execute(Q["bump_version"], {"id": task.instance_id}).fetchone()
-            leased = conn.execute(
-                Q["lease_task"],
-                {
-                    "task_id": task.id,
-                    "worker": worker,
-                    "lease": lease,
-                    "token": new_lease_token(incarnation),
-                },
-            ).fetchone()
-            if inst is None or leased is None:  # rolled back: nothing claimed
-                raise StoreError(f"postgres: claim of {task.instance_id}: its rows are gone")
-        return Claim(task_record(leased), instance_record(inst), started=False)
-
-    def claim_instance(
-        self, instance_id: str, *, worker: str, lease: float, incarnation: str = ""
-    ) -> Claim | None:
-        with self._conn() as conn, conn.transaction():
-            row = conn.execute(Q["claim_instance_lock"], {"id": instance_id, "worker": worker})
-            locked = row.fetchone()
-            if locked is None:
-                return None
-            inst = conn.execute(Q["bump_version"], {"id": instance_id}).fetchone()
-            leased = conn.execute(
-                Q["lease_task"],
-                {
-                    "task_id": locked["id"],
-                    "worker": worker,
-                    "lease": lease,
-                    "token": new_lease_token(incarnation),
-                },
-            ).fetchone()
-            if inst is None or leased is None:  # rolled back: nothing claimed
-                raise StoreError(f"postgres: claim of {instance_id}: its rows are gone")
-        return Claim(task_record(leased), instance_record(inst), started=False)
 
     # -- signals and timers ---------------------------------------------------------------
     def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:

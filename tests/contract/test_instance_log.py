@@ -56,6 +56,15 @@ def test_create_many_matches_keys_and_a_type_clash_writes_nothing(store: Store) 
     assert store.count_instances() == 3
 
 
+def test_create_many_refuses_a_key_repeated_under_another_type(store: Store) -> None:
+    def item(key: str, type_: str) -> NewInstance:
+        return NewInstance(str(uuid.uuid4()), type_, {"n": 1}, "first", idempotency_key=key)
+
+    with pytest.raises(InputError, match="'twice'"):
+        store.create_many([item("once", TYPE), item("twice", TYPE), item("twice", "c.other.v1")])
+    assert store.count_instances() == 0  # all or nothing
+
+
 def test_apply_with_a_stale_version_raises_and_writes_nothing(store: Store) -> None:
     claim = started(store)
     iid = claim.instance.id

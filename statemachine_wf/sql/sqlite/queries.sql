@@ -150,13 +150,73 @@ SELECT * FROM wf_tasks WHERE instance_id = :id AND slot = :slot;
 -- name: events
 SELECT * FROM wf_events WHERE instance_id = :id AND seq > :after ORDER BY seq;
 
+-- name: claim
+-- A script (one transaction), as PostgreSQL's statement of the same name: lease and intent
+-- in one commit. The due state-machine tasks of :types (a JSON array), :limit of them, are
+-- picked into this connection's scratch table with whether each starts at once (`fast`:
+-- the rule of _common.fast_start_allowed; an unreadable `attempts` is not fast, and the
+-- claim then quarantines the row) and its next attempt. Every picked instance's version is
+-- bumped - claim and intent in one commit, and an earlier holder of the task (its lease
+-- expired) loses its next CAS - and a fast one gets decide.start's projection and its
+-- STEP_STARTED (the contract tests pin both to the fold). Then the tasks are leased under
+-- :token, fresh for every claim, and returned with whether they were started.
+CREATE TEMP TABLE IF NOT EXISTS swf_claim (task_id INTEGER PRIMARY KEY, instance_id TEXT,
+                                           node TEXT, fast INTEGER, next_attempt INTEGER);
+DELETE FROM temp.swf_claim;
+INSERT INTO temp.swf_claim
+SELECT task_id, instance_id, node, fast,
+       CASE WHEN fast THEN coalesce(json_extract(attempts, '$."' || node || '"'), 0) + 1 END
+FROM (SELECT t.id AS task_id, t.instance_id, t.node, i.attempts,
+             (i.kind = 'machine' AND NOT t.in_flight AND NOT i.cancel_requested
+              AND coalesce(t.node, '') <> '' AND i.status IN ('PENDING', 'RUNNING', 'STALLED')
+              AND i.waiting_key IS NULL AND json_valid(i.attempts)) AS fast
+      FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
+      WHERE t.id IN (SELECT id FROM wf_tasks
+                     -- State-machine tasks only: a DAG instance named after a hosted type
+                     -- is not ours.
+                     WHERE due_at <= :now AND kind = 'machine'
+                       AND type IN (SELECT value FROM json_each(:types))
+                     ORDER BY priority, due_at LIMIT :limit));
+UPDATE wf_instances AS i
+SET version = i.version + 1, updated_at = :now,
+    status = CASE WHEN c.fast THEN 'RUNNING' ELSE i.status END,
+    step = CASE WHEN c.fast THEN c.node ELSE i.step END,
+    step_attempts = CASE WHEN c.fast THEN c.next_attempt ELSE i.step_attempts END,
+    attempts = CASE WHEN c.fast THEN json_set(i.attempts, '$."' || c.node || '"', c.next_attempt)
+                    ELSE i.attempts END
+FROM temp.swf_claim AS c WHERE i.id = c.instance_id;
+INSERT INTO wf_events (instance_id, node, event_type, attempt, worker, created_at)
+SELECT instance_id, node, 'STEP_STARTED', next_attempt, :worker, :now
+FROM temp.swf_claim WHERE fast ORDER BY task_id;
+UPDATE wf_tasks AS t
+SET lease_owner = :worker, lease_token = :token, due_at = :now + :lease,
+    attempt = CASE WHEN c.fast THEN c.next_attempt ELSE t.attempt END,
+    in_flight = t.in_flight OR c.fast
+FROM temp.swf_claim AS c WHERE t.id = c.task_id;
+SELECT t.*, 1 AS leased, c.fast AS started
+FROM wf_tasks t JOIN temp.swf_claim c ON c.task_id = t.id ORDER BY t.priority, t.due_at;
+
+-- name: claim_instance_lock
+-- The instance's task if a claim may take it now: not held by a live lease, and due - or,
+-- unless quarantined (only its parked task or a redrive takes it again), in doubt or
+-- STALLED. A backoff or a timer is not ours to hurry.
+SELECT t.*
+FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
+WHERE t.instance_id = :id AND t.slot = ''
+  AND (t.lease_owner IS NULL OR t.due_at <= :now)
+  AND (t.due_at <= :now
+       OR ((i.error IS NULL OR NOT json_valid(i.error)
+            OR json_extract(i.error, '$.code') IS NOT 'quarantined')
+           AND (t.in_flight OR i.status = 'STALLED')));
+
 -- name: bump_version
 UPDATE wf_instances SET version = version + 1, updated_at = :now
-WHERE id = :id AND version = :version;
+WHERE id = :id RETURNING *;
 
 -- name: lease_task
-UPDATE wf_tasks SET lease_owner = :worker, lease_token = :token, due_at = :due_at
-WHERE id = :task_id;
+UPDATE wf_tasks SET lease_owner = :worker, lease_token = :token, due_at = :now + :lease
+WHERE id = :task_id
+RETURNING *, 1 AS leased;
 
 -- name: heartbeat
 -- :mine: the lease-token prefix of the beating runner's incarnation (NULL: any), so a live
