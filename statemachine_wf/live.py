@@ -83,7 +83,9 @@ def status_after(status: Status, event: EventRecord, *, kind: str) -> Status:
         try:
             return engine_of(kind).created
         except InvalidState:
-            return Status.PENDING  # a row of a kind nobody knows (SQL): shown, never run
+            # Refused by the database since migration 012; a row written before it is
+            # shown, never run.
+            return Status.PENDING
     if event.event_type == Ev.FAILED:
         return Status.FAILED
     return fold_apply(Projection(status=status), event).status

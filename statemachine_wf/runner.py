@@ -257,7 +257,9 @@ class Runner:
                 if not engine(record).resumes_on_start:
                     continue  # a DAG: its open node tasks are simply due work
             except InvalidState:
-                pass  # a kind nobody knows: its claim quarantines it, with the reason
+                # A kind nobody knows (refused by the database since migration 012, so
+                # a row from before it): its claim quarantines it, with the reason.
+                pass
             if record.type in hosted:
                 # A STALLED instance keeps its own schedule unless its workflow can ask the
                 # outside world whether the condition it waits for has changed.

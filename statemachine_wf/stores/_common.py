@@ -155,7 +155,7 @@ def dag_wakes(decision: DagDecision) -> bool:
 
 
 def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
-    """The parameters of ``dag_apply`` (both dialects)."""
+    """The parameters of ``dag_apply``'s pieces (both dialects)."""
     d = commit.decision
     retry = d.retry
     return {
@@ -172,6 +172,7 @@ def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
         "retry_delay": 0.0 if retry is None else retry.delay,
         "retry_failures": 0 if retry is None else retry.failures,
         "dead_letter": d.dead_letter,
+        "step": None,  # the dead letter's envelope: a DAG has no one current step
         "dispatch": encode(
             [{"node": t.node, "delay": t.delay, "attempt": t.attempt} for t in d.dispatch]
         ),

@@ -53,7 +53,7 @@ class SqlStore(SqlBase):
             lease=lease,
             events=self._encode(event_dicts(decision)),
         )
-        names = ["apply_head"]
+        names = ["apply_head", "append_events"]
         if decision.dead_letter is not None:
             names.append("apply_dead_letter")
             params["dead_letter"] = decision.dead_letter
@@ -124,11 +124,17 @@ class SqlStore(SqlBase):
             self._made_due()
         return int(row["version"])
 
+    @staticmethod
+    def _dag_plan(commit: DagCommit) -> list[str]:
+        """The pieces of a ``dag_apply``: its own CAS and tail around the shared ones."""
+        dead = ["apply_dead_letter"] if commit.decision.dead_letter is not None else []
+        return ["dag_head", "append_events", *dead, "dag_tail"]
+
     def dag_apply(self, commit: DagCommit) -> int:
         params = self._params(**dag_apply_params(commit, self._encode))
         try:
             with self._statement() as conn:
-                row = self._run_decision(conn, ["dag_apply"], params)
+                row = self._run_decision(conn, self._dag_plan(commit), params)
         except ConcurrencyConflict:  # a node task already open, or an event: a lost race
             raise ConcurrencyConflict(commit.instance_id, commit.version) from None
         if row is None:  # the executor re-reads anyway: no round trip for the current version

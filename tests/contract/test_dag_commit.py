@@ -69,3 +69,7 @@ def test_a_commit_that_gives_up_finishes_every_task_and_writes_its_dead_letter(
         {"x": 1},
     )
     assert (envelope["status"], envelope["error"]) == ("FAILED", error)
+    # The same envelope on both stores (the same SQL piece as a state machine's):
+    # a DAG has no one current step.
+    assert envelope["kind"] == "dag"
+    assert envelope["step"] is None

@@ -97,7 +97,12 @@ WITH inst AS (
         version = version + 1, updated_at = now()
     WHERE id = %(id)s AND version = %(version)s
     RETURNING id, version, type, kind, priority, parent_id, parent_node
-), ev AS (
+)
+
+-- name: append_events
+-- The events (a JSON array), in order. A duplicate once-per-attempt event hits the unique
+-- index: somebody else already wrote this decision (a lost race, as a lost CAS).
+, ev AS (
     INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
     SELECT inst.id, e.node, e.event_type, e.attempt, coalesce(e.payload, '{}'), e.error,
            %(worker)s
@@ -591,8 +596,9 @@ SELECT to_jsonb(i) AS instance,
                  WHERE e.instance_id = i.id AND e.seq > %(after)s), '[]'::jsonb) AS events
 FROM wf_instances i WHERE i.id = %(id)s;
 
--- name: dag_apply
--- One CAS commit: the version-checked instance row, the events, and the node tasks.
+-- name: dag_head
+-- The CAS of a DAG commit (SqlStore.dag_apply names its pieces: dag_head, append_events,
+-- apply_dead_letter when the decision has one, dag_tail): the version-checked instance row.
 WITH inst AS (
     UPDATE wf_instances
     SET status = coalesce(%(status)s::text, status),
@@ -601,16 +607,12 @@ WITH inst AS (
         version = version + 1, updated_at = now()
     WHERE id = %(id)s AND version = %(version)s
     RETURNING id, version, type, priority
-), ev AS (
-    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
-    SELECT inst.id, e.node, e.event_type, e.attempt, coalesce(e.payload, '{}'), e.error,
-           %(worker)s
-    FROM inst,
-         ROWS FROM (jsonb_to_recordset(%(events)s::jsonb)
-                    AS (node text, event_type text, attempt int, payload jsonb, error jsonb))
-         WITH ORDINALITY AS e (node, event_type, attempt, payload, error, ord)
-    ORDER BY e.ord
-), gone AS (
+)
+
+-- name: dag_tail
+-- The node tasks: the finished node's task or every task, the retried node's task (only
+-- while this worker still holds it: the lease fencing) and the dispatched node tasks.
+, gone AS (
     DELETE FROM wf_tasks t USING inst
     WHERE t.instance_id = inst.id AND (%(finish)s OR t.slot = %(done)s)
 ), retried AS (
@@ -626,16 +628,6 @@ WITH inst AS (
            now() + d.delay * interval '1 second', d.attempt
     FROM inst, jsonb_to_recordset(%(dispatch)s::jsonb) AS d (node text, delay float8, attempt int)
     RETURNING id, due_at > now() AS later
-), dead AS (
-    INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
-    SELECT i.id,
-           jsonb_build_object('instance_id', i.id, 'type', i.type, 'input', i.input,
-                              'idempotency_key', i.idempotency_key, 'priority', i.priority,
-                              'kind', i.kind, 'status', %(status)s::text,
-                              'error', %(error)s::jsonb),
-           %(dead_letter)s::text, %(worker)s
-    FROM wf_instances i JOIN inst ON inst.id = i.id
-    WHERE %(dead_letter)s::text IS NOT NULL
 )
 -- Notify only when somebody else has work (see apply_finish): more than one node task
 -- added, a delayed one or a rescheduled one (timer holders must learn the due time). A

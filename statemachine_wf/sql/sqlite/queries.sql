@@ -35,6 +35,8 @@ SET status = :status, step = :step, step_attempts = :step_attempts, attempts = :
     waiting_token = :waiting_token, waiting_until = :waiting_until,
     version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
+
+-- name: append_events
 -- The events (:events, a JSON array), in order. A duplicate once-per-attempt event hits the
 -- unique index: somebody else already wrote this decision (a lost race, as a lost CAS).
 INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
@@ -450,30 +452,20 @@ WHERE id = :id AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED');
 -- name: dag_slots
 SELECT slot FROM wf_tasks WHERE instance_id = :id ORDER BY slot;
 
--- name: dag_apply
--- One CAS commit, as PostgreSQL's statement: the version-checked instance row (the first
--- statement: when it changes no row nothing after it runs), the events, the decision's
--- dead letter (the envelope is what started the instance), the finished node's task or
--- every task (:finish), the retried node's task - only while this worker still holds it
--- (the lease fencing) - and the dispatched node tasks (:dispatch, a JSON array). A node
--- task already open hits the unique index: a lost race.
+-- name: dag_head
+-- The CAS of a DAG commit (SqlStore.dag_apply names its pieces: dag_head, append_events,
+-- apply_dead_letter when the decision has one, dag_tail): the version-checked instance
+-- row, the first statement, so when it changes no row nothing after it runs.
 UPDATE wf_instances
 SET status = coalesce(:status, status), progress = coalesce(:progress, progress),
     error = coalesce(:error, error), version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
-INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
-SELECT :id, value ->> '$.node', value ->> '$.event_type', value ->> '$.attempt',
-       value -> '$.payload',
-       CASE WHEN json_type(value, '$.error') = 'null' THEN NULL ELSE value -> '$.error' END,
-       :worker, :now
-FROM json_each(:events) ORDER BY key;
-INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
-SELECT id,
-       json_object('instance_id', id, 'type', type, 'kind', kind, 'input', json(input),
-                   'idempotency_key', idempotency_key, 'priority', priority,
-                   'step', NULL, 'status', :status, 'error', json(:error)),
-       :dead_letter, :worker, :now
-FROM wf_instances WHERE id = :id AND :dead_letter IS NOT NULL;
+
+-- name: dag_tail
+-- The node tasks: the finished node's task or every task (:finish), the retried node's
+-- task - only while this worker still holds it (the lease fencing) - and the dispatched
+-- node tasks (:dispatch, a JSON array). A node task already open hits the unique index:
+-- a lost race.
 DELETE FROM wf_tasks WHERE instance_id = :id AND (:finish OR slot = :done);
 UPDATE wf_tasks
 SET due_at = :now + :retry_delay, failures = :retry_failures, in_flight = 0, lease_owner = NULL

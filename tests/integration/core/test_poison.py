@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -261,6 +262,26 @@ def test_sql_start_refuses_a_nul_on_both_stores(store: Store) -> None:
     with pytest.raises(Exception, match=r"(?i)nul|u0000|unsupported"):
         sql_start(store, Keeps.spec().workflow_type, '{"data": "a\\u0000b"}')
     assert store.list_instances() == []
+
+
+def test_an_instance_of_a_kind_nobody_runs_is_refused_by_the_database(store: Store) -> None:
+    # Migration 012: shown but never run, so never written (a kind the runtime knows).
+    good = Client(store, ALL).start(Keeps, {"data": 1})
+    with pytest.raises(Exception, match=r"kind") as info:
+        raw(store, "UPDATE wf_instances SET kind = 'bogus' WHERE id = %s", (good,))
+    assert "wf_instances" in str(info.value)
+    assert store.get(good).kind == "machine"  # type: ignore[union-attr]
+    with pytest.raises(Exception, match=r"kind"):
+        raw(
+            store,
+            "INSERT INTO wf_instances (id, type, kind, status, input, created_at, updated_at)"
+            " VALUES (%s, 't.x.v1', 'bogus', 'PENDING', '{}', 0, 0)"
+            if store.dialect == "sqlite"
+            else "INSERT INTO wf_instances (id, type, kind, status, input)"
+            " VALUES (%s, 't.x.v1', 'bogus', 'PENDING', '{}')",
+            (str(uuid.uuid4()),),
+        )
+    assert [r.id for r in store.list_instances()] == [good]
 
 
 def test_sql_signal_refuses_deep_payloads(store: Store) -> None:
