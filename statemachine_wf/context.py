@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -83,6 +83,32 @@ class StepContext(Generic[InputT, ProgressT]):
         self._waits: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (waits or {}).items()}
         self._signals = frozenset(signals)
         self._wait_index = 0
+
+    def replay(self, wrap: Callable[[StepHost], StepHost]) -> StepContext[InputT, ProgressT]:
+        """A fresh context of this attempt, from what it has saved so far, whose host is
+        ``wrap`` of this one.
+
+        For the testing helpers: they replay an attempt that crashed through one (the
+        wrapped host stops the run where the crash struck) before the attempt that goes
+        on, and :meth:`keep_saved` takes back what the replay saved.
+        """
+        return StepContext(
+            instance_id=self.instance_id,
+            workflow_type=self.workflow_type,
+            step=self.step,
+            attempt=self.attempt,
+            input=self.input,
+            progress=self._saved,
+            progress_model=self._progress_model,
+            host=wrap(self._host),
+            reason=self.reason,
+            waits=self._waits,
+            signals=self._signals,
+        )
+
+    def keep_saved(self, replay: StepContext[InputT, ProgressT]) -> None:
+        """Take what ``replay`` (from :meth:`replay`) saved durably as saved here too."""
+        self._saved.update(replay._saved)
 
     @property
     def progress(self) -> ProgressT:

@@ -217,7 +217,7 @@ def _wrap_action(fn: Callable[..., Any], step: str, is_async: bool) -> Callable[
                 with contextlib.suppress(Exception, _GhostStop):
                     if _runs(outcome.outcome):
                         await fn(self, ghost_ctx)
-                ctx._saved.update(ghost_ctx._saved)
+                ctx.keep_saved(ghost_ctx)
                 outcome = self._swf_stepper._outcome(step, ctx.attempt)
             _raise_before(outcome)
             result = await fn(self, ctx) if _runs(outcome) else None
@@ -233,7 +233,7 @@ def _wrap_action(fn: Callable[..., Any], step: str, is_async: bool) -> Callable[
             with contextlib.suppress(Exception, _GhostStop):
                 if _runs(outcome.outcome):
                     fn(self, ghost_ctx)
-            ctx._saved.update(ghost_ctx._saved)
+            ctx.keep_saved(ghost_ctx)
             outcome = self._swf_stepper._outcome(step, ctx.attempt)
         _raise_before(outcome)
         result = fn(self, ctx) if _runs(outcome) else None
@@ -250,19 +250,7 @@ def _runs(outcome: Outcome) -> bool:
 
 def _ghost_context(ctx: StepContext[Any, Any], ghost: Ghost) -> StepContext[Any, Any]:
     """A fresh context on the same step, whose saves stop where the crash struck."""
-    return StepContext(
-        instance_id=ctx.instance_id,
-        workflow_type=ctx.workflow_type,
-        step=ctx.step,
-        attempt=ctx.attempt,
-        input=ctx.input,
-        progress=ctx._saved,
-        progress_model=ctx._progress_model,
-        host=_GhostHost(ctx._host, ghost),
-        reason=ctx.reason,
-        waits=ctx._waits,
-        signals=ctx._signals,
-    )
+    return ctx.replay(lambda host: _GhostHost(host, ghost))
 
 
 def _raise_before(outcome: Outcome) -> None:
