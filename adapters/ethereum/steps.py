@@ -55,6 +55,7 @@ Dependencies: ``eth`` (:class:`EthereumClient`) and ``signers`` (address, lowerc
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -329,7 +330,9 @@ class ContractCall(Workflow[InputT, ProgressT]):
         signer = self.signers.get(address.lower())
         if signer is None:
             raise Fail(f"this runner has no signer for {address}", code="unknown_signer")
-        return TxQueue(self.eth, signer, self.chain_settings())
+        # A client may keep its own time (the in-memory chain's is per block).
+        clock: Callable[[], float] = getattr(self.eth, "clock", time.time)
+        return TxQueue(self.eth, signer, self.chain_settings(), clock=clock)
 
     @step(name=SUBMIT_ONCHAIN, initial=True, to=(AWAIT_TX_CONFIRM, COMPLETED))
     def submit_onchain(self, ctx: StepContext[InputT, ProgressT]) -> str:
