@@ -1,6 +1,7 @@
 """``python -m bench core [--n 1000] [--quick]``, ``python -m bench profile``,
 ``python -m bench chain [--quick]``, ``python -m bench inbox [--quick]``,
-``python -m bench signals`` and ``python -m bench dag [--quick]``."""
+``python -m bench signals``, ``python -m bench dag [--quick]`` and
+``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
 from __future__ import annotations
 
@@ -77,7 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     dag.add_argument("--procs", default="1,4", help="runner process counts")
     dag.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
 
+    authoring = sub.add_parser(
+        "authoring", help="lines of workflow code per workflow class (imports, docstrings out)"
+    )
+    authoring.add_argument("files", nargs="*", help="default: examples/chaoschain/workflows.py")
+
     args = parser.parse_args(argv)
+    if args.cmd == "authoring":
+        from . import authoring as au
+
+        return au.main(args.files)
     if args.cmd == "inbox":
         from . import inbox as ib
 

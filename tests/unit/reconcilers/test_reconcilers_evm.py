@@ -11,6 +11,7 @@ from eth_utils.address import to_checksum_address
 from pydantic import BaseModel
 from web3.contract import Contract
 
+from examples.chaoschain.views import epoch_closed, work_evidence, work_submitted
 from statemachine_wf.adapters.arweave import ArweaveClient
 from statemachine_wf.adapters.ethereum import EthereumClient, LocalSigner
 from statemachine_wf.adapters.ethereum.txqueue import (
@@ -23,14 +24,7 @@ from statemachine_wf.adapters.ethereum.txqueue import (
 from statemachine_wf.context import StepContext
 from statemachine_wf.errors import Snooze, Waiting
 from statemachine_wf.reconcilers.arweave import upload_fate
-from statemachine_wf.reconcilers.ethereum import (
-    epoch_closed,
-    nonce_used,
-    signer_nonce,
-    tx_fate,
-    work_evidence,
-    work_submitted,
-)
+from statemachine_wf.reconcilers.ethereum import nonce_used, signer_nonce, tx_fate
 
 STUDIO = to_checksum_address("0x00000000000000000000000000000000000057d1")
 DATA_HASH = "0x" + "01" * 32
@@ -129,8 +123,8 @@ def test_submit_records_before_sending_and_await_confirms(
     verdict = queue.await_final(ctx)
     assert verdict.kind == "confirmed"
     assert verdict.tx_hash == record.tx_hash
-    assert work_submitted(evm_client, evm_contract, STUDIO, 1, DATA_HASH)
-    evidence = work_evidence(evm_client, evm_contract, STUDIO, 1, DATA_HASH)
+    assert work_submitted(evm_client, evm_contract, STUDIO, 1, DATA_HASH, confirmations=1)
+    evidence = work_evidence(evm_client, evm_contract, STUDIO, 1, DATA_HASH, confirmations=1)
     assert evidence == (evm_signer.address, "ev")
     # Submitting again with the record in progress sends nothing.
     again = queue.submit(ctx, builder(evm_client, evm_contract, evm_signer, DATA_HASH))
