@@ -253,13 +253,37 @@ WHERE (%(instance_id)s::uuid IS NULL OR instance_id = %(instance_id)s::uuid)
 GROUP BY state;
 
 -- name: claim
-WITH picked AS (
-    SELECT id FROM wf_tasks
+-- The due tasks of instances that hold a lock (a signer's slot) come first, then the rest
+-- by priority and due time: a holder's recheck never queues behind the work its lock
+-- keeps waiting (docs/architecture.md, "Locks"). `held` reads the small wf_locks table;
+-- `rest` is the plain index-ordered pick; a task in both counts once.
+WITH held AS (
+    -- From each holder to its task (LATERAL: never a walk of the due index probing
+    -- wf_locks per task, which reads the whole due backlog).
+    SELECT t.id, t.priority, t.due_at
+    FROM (SELECT DISTINCT holder FROM wf_locks) AS l
+    CROSS JOIN LATERAL (
+        SELECT id, priority, due_at FROM wf_tasks
+        WHERE instance_id = l.holder
+          AND due_at <= now() AND type = ANY(%(types)s) AND kind = 'machine'
+        FOR UPDATE SKIP LOCKED
+    ) AS t
+    ORDER BY t.priority, t.due_at
+    LIMIT %(limit)s
+), rest AS (
+    SELECT id, priority, due_at FROM wf_tasks
     -- State-machine tasks only: a DAG instance named after a hosted type is not ours.
     WHERE due_at <= now() AND type = ANY(%(types)s) AND kind = 'machine'
     ORDER BY priority, due_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (SELECT id, 0 AS rank, priority, due_at FROM held
+                    UNION ALL
+                    SELECT id, 1 AS rank, priority, due_at FROM rest) AS both_picks
+    GROUP BY id
+    ORDER BY min(rank), min(priority), min(due_at)
+    LIMIT %(limit)s
 ), prev AS (
     SELECT t.id AS task_id, t.node, i.id AS instance_id, i.version,
            coalesce((i.attempts ->> t.node)::int, 0) + 1 AS next_attempt,
@@ -482,6 +506,19 @@ SELECT (SELECT count(*) FROM rel) AS released, (SELECT count(*) FROM woke) AS wo
 
 -- name: lock_holder
 SELECT holder FROM wf_locks WHERE key = %(key)s;
+
+-- name: locks_held
+-- %(pattern)s a LIKE prefix (store.like_prefix) or NULL.
+SELECT key, holder, extract(epoch FROM since)::float8 AS since FROM wf_locks
+WHERE %(pattern)s::text IS NULL OR key LIKE %(pattern)s ORDER BY key;
+
+-- name: lock_waiters
+-- Only waiters that can still take the lock: an ended instance's row stays until deleted.
+SELECT w.key, w.instance_id, extract(epoch FROM w.since)::float8 AS since
+FROM wf_lock_waiters w JOIN wf_instances i ON i.id = w.instance_id
+WHERE (%(pattern)s::text IS NULL OR w.key LIKE %(pattern)s)
+  AND i.status IN ('PENDING', 'RUNNING', 'STALLED')
+ORDER BY w.key, w.since, w.instance_id;
 
 -- name: wake_instances
 WITH woke AS (
