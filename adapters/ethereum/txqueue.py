@@ -34,7 +34,10 @@ still free mean the same bytes are broadcast again; unknown hashes with the nonc
 some other transaction mean ours can never be mined, and a new transaction is signed with a fresh
 nonce (into the next slot). A transaction pending in the pool for longer than
 ``stuck_after`` is replaced by the same transaction with both fee fields raised by at
-least 10%, recorded in the next slot before it is broadcast.
+least 10% (and to what the market asks now), recorded in the next slot before it is
+broadcast. A lost transaction whose bytes the node refuses because the base fee rose
+past their fee cap (``FeeCapTooLow``: a node evicts such a transaction from its pool) is
+replaced the same way instead of being sent again.
 
 A node that keeps dropping the same transaction is not fed it forever: every re-broadcast
 of recorded bytes is itself recorded first (``resent_N``: the hash and the time), and once
@@ -74,7 +77,7 @@ from statemachine_wf.context import StepContext
 from statemachine_wf.errors import Snooze, Stall
 
 from .client import ConfirmationRule, EthereumClient
-from .errors import AlreadyKnown, NonceTooLow
+from .errors import AlreadyKnown, FeeCapTooLow, NonceTooLow
 from .fate import TxVerdict, tx_fate
 from .signer import SignedTx, Signer
 
@@ -405,7 +408,12 @@ class TxQueue:
                 return _record_of(records, verdict)
             if verdict.kind == "not_found":
                 latest = records[-1]
-                self._rebroadcast(ctx, latest)
+                try:
+                    self._rebroadcast(ctx, latest)
+                except FeeCapTooLow:
+                    # Evicted when the base fee rose past its fee cap (or refused now for
+                    # it): these bytes cannot be accepted again; a replacement can.
+                    return self._bump(ctx, latest)
                 return latest
             log.info(
                 "%s: nonce %s used by another transaction; signing anew", self.key, verdict.nonce
@@ -522,7 +530,7 @@ class TxQueue:
             raise
         log.info("%s: broadcast %s (nonce %d)", self.key, record.tx_hash, record.nonce)
 
-    def _bump(self, ctx: Ctx, latest: TxRecord) -> None:
+    def _bump(self, ctx: Ctx, latest: TxRecord) -> TxRecord:
         bumped = self.client.bump_fees(latest.unsigned(), factor=self.settings.bump_factor)
         log.info(
             "%s: %s stuck; replacing (fees %d/%d -> %d/%d)",
@@ -533,7 +541,7 @@ class TxQueue:
             bumped["maxFeePerGas"],
             bumped["maxPriorityFeePerGas"],
         )
-        self._sign_record_send(ctx, bumped)
+        return self._sign_record_send(ctx, bumped)
 
 
 def _free_slot(progress: BaseModel, slots: tuple[str, ...]) -> str | None:
