@@ -22,7 +22,7 @@ from typing import Any
 
 from .store import InstanceRecord, Store
 
-__all__ = ["SLOT_PREFIX", "SentTx", "SignerQueue", "signer_queues"]
+__all__ = ["SLOT_PREFIX", "SentTx", "SignerQueue", "sent_transactions", "signer_queues"]
 
 SLOT_PREFIX = "eth:"
 """The lock keys of signer slots start with this: ``eth:<chain id>:<signer>``."""
