@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     chain.add_argument(
         "--procs", type=int, default=1, help="runner processes (>1: CLI workers, --deps)"
     )
+    chain.add_argument(
+        "--preload",
+        action="store_true",
+        help="block time: no block until every upload is done (the queue's pace alone)",
+    )
     chain.add_argument("--only", default="", help="comma-separated: automine,block,recon")
     chain.add_argument("--json", default="", help="also write the results here")
 
@@ -132,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         cs.poll = args.poll
         cs.concurrency = args.concurrency
         cs.procs = args.procs
+        cs.preload = args.preload
         parts = [x.strip() for x in args.only.split(",") if x.strip()] or None
 
         def log_chain(msg: str) -> None:
