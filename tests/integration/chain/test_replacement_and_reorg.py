@@ -40,7 +40,7 @@ def records(progress: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def base_fee(env: Env) -> int:
-    return int(env.eth.w3.eth.get_block("latest")["baseFeePerGas"])  # type: ignore[typeddict-item]
+    return int(env.eth.w3.eth.get_block("latest")["baseFeePerGas"])
 
 
 def seen_mined(env: Env, instance_id: str) -> bool:
@@ -159,7 +159,7 @@ def test_a_node_that_keeps_dropping_the_tx_stalls_it_after_the_bound(chain_env: 
             wait_for(lambda: env.eth.is_pending(tx["tx_hash"]), timeout=10, what="pooled")
             rpc(env.eth, "anvil_dropTransaction", tx["tx_hash"])
             wait_for(
-                lambda n=n: env.progress(w).get(f"resent_{n}"),  # type: ignore[misc]
+                lambda n=n: env.progress(w).get(f"resent_{n}"),
                 timeout=20,
                 what=f"re-broadcast {n}",
             )
