@@ -256,17 +256,20 @@ GROUP BY state;
 -- The due tasks of instances that hold a lock (a signer's slot) come first, then the rest
 -- by priority and due time: a holder's recheck never queues behind the work its lock
 -- keeps waiting (docs/architecture.md, "Locks"). `held` reads the small wf_locks table;
--- `rest` is the plain index-ordered pick; a task in both counts once.
+-- `rest` is the plain index-ordered pick, locked as it is read (SKIP LOCKED: a claim
+-- racing another one reads on past the rows the other took); a task in both counts once,
+-- and `picked` locks what is taken, re-checking under the lock that it is still due.
 WITH held AS (
     -- From each holder to its task (LATERAL: never a walk of the due index probing
-    -- wf_locks per task, which reads the whole due backlog).
+    -- wf_locks per task, which reads the whole due backlog; the EXPLAIN test holds it).
+    -- Not locked here: only the candidates `picked` takes are.
     SELECT t.id, t.priority, t.due_at
     FROM (SELECT DISTINCT holder FROM wf_locks) AS l
     CROSS JOIN LATERAL (
         SELECT id, priority, due_at FROM wf_tasks
         WHERE instance_id = l.holder
           AND due_at <= now() AND type = ANY(%(types)s) AND kind = 'machine'
-        FOR UPDATE SKIP LOCKED
+        OFFSET 0  -- a fence: kept a per-holder lookup, never flattened into a join
     ) AS t
     ORDER BY t.priority, t.due_at
     LIMIT %(limit)s
@@ -277,13 +280,18 @@ WITH held AS (
     ORDER BY priority, due_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id FROM (SELECT id, 0 AS rank, priority, due_at FROM held
-                    UNION ALL
-                    SELECT id, 1 AS rank, priority, due_at FROM rest) AS both_picks
+), cand AS (
+    SELECT id, min(rank) AS rank, min(priority) AS priority, min(due_at) AS due_at
+    FROM (SELECT id, 0 AS rank, priority, due_at FROM held
+          UNION ALL
+          SELECT id, 1 AS rank, priority, due_at FROM rest) AS both_picks
     GROUP BY id
-    ORDER BY min(rank), min(priority), min(due_at)
+), picked AS (
+    SELECT t.id FROM wf_tasks t JOIN cand c ON c.id = t.id
+    WHERE t.due_at <= now()
+    ORDER BY c.rank, c.priority, c.due_at
     LIMIT %(limit)s
+    FOR UPDATE OF t SKIP LOCKED
 ), prev AS (
     SELECT t.id AS task_id, t.node, i.id AS instance_id, i.version,
            coalesce((i.attempts ->> t.node)::int, 0) + 1 AS next_attempt,
