@@ -53,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     chain.add_argument("--confirmations", type=int, default=1)
     chain.add_argument("--poll", type=float, default=0.2, help="AWAIT_TX_CONFIRM poll, s")
     chain.add_argument("--concurrency", type=int, default=8, help="runner threads")
+    chain.add_argument(
+        "--procs", type=int, default=1, help="runner processes (>1: CLI workers, --deps)"
+    )
+    chain.add_argument(
+        "--preload",
+        action="store_true",
+        help="block time: no block until every upload is done (the queue's pace alone)",
+    )
     chain.add_argument("--only", default="", help="comma-separated: automine,block,recon")
     chain.add_argument("--json", default="", help="also write the results here")
 
@@ -138,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         cs.confirmations = args.confirmations
         cs.poll = args.poll
         cs.concurrency = args.concurrency
+        cs.procs = args.procs
+        cs.preload = args.preload
         parts = [x.strip() for x in args.only.split(",") if x.strip()] or None
 
         def log_chain(msg: str) -> None:

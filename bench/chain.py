@@ -31,7 +31,10 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -59,6 +62,8 @@ class ChainSettings:
     confirmations: int = 1
     poll: float = 0.2
     concurrency: int = 8
+    procs: int = 1  # >1: the runners are that many `statemachine-wf worker` processes
+    preload: bool = False  # block time: mining paused until every upload is done
     timeout: float = 300.0
     tmp: str = ""
 
@@ -272,6 +277,26 @@ def _wait_done(db: str, n: int, timeout: float, *, interval: float = 0.02) -> Co
         time.sleep(interval)
 
 
+def _wait_uploaded(db: str, n: int, timeout: float) -> None:
+    """Until all ``n`` instances are past UPLOAD_EVIDENCE (parked on the slot, or in AWAIT)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = sqlite3.connect(db, timeout=30)
+        try:
+            q = (
+                "SELECT count(*) FROM wf_instances WHERE step IN (?, ?)"
+                " AND status IN ('RUNNING', 'PENDING')"
+            )
+            past = int(conn.execute(q, ("SUBMIT_ONCHAIN", AWAIT)).fetchone()[0])
+        finally:
+            conn.close()
+        if past >= n:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {past}/{n} uploaded after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
 def _timings(store: Any, ids: list[str]) -> dict[str, Any]:
     """Per instance, from the log: tx recorded, AWAIT completed, created, completed."""
     submit, total, first_tx, last_ok, bumps = [], [], [], [], 0
@@ -305,6 +330,76 @@ def _timings(store: Any, ids: list[str]) -> dict[str, Any]:
     return {"submit_ms": submit, "total_ms": total, "window": window, "extra_txs": bumps}
 
 
+def _pace(store: Any, ids: list[str]) -> dict[str, Any]:
+    """Per signer: its transactions per block, from its first mined block to its last.
+
+    One transaction in flight per signer at depth 1 can do at most one per block; a
+    signer below that waited for a claim, an RPC or its slot between two transactions.
+    """
+    blocks: dict[str, list[int]] = {}
+    for i in ids:
+        rec = store.get(i)
+        if rec is None or rec.progress.get("onchain_block") is None:
+            continue
+        blocks.setdefault(str(rec.input["signer_address"]).lower(), []).append(
+            int(rec.progress["onchain_block"])
+        )
+    pace = sorted(len(b) / (max(b) - min(b) + 1) for b in blocks.values())
+    gaps = [y - x for b in blocks.values() for x, y in zip(sorted(b), sorted(b)[1:], strict=False)]
+    return {
+        "pace_min": pace[0] if pace else 0.0,
+        "pace_p50": _pct(pace, 50) if pace else 0.0,
+        "gap_max": max(gaps) if gaps else 0,
+        "gap_p50": _pct([float(g) for g in gaps], 50) if gaps else 0.0,
+    }
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _workers(s: ChainSettings, ar: Arweave, chain: Chain, keys: list[str], db: str) -> list[Any]:
+    """``s.procs`` CLI workers with the ChaosChain deps from the environment."""
+    from examples.chaoschain.deps import ENV_VARS
+
+    wallet = Path(s.tmp) / "arweave-wallet.json"
+    if not wallet.exists():
+        ar.wallet.save(wallet)
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    env.update(
+        SWF_ETH_RPC_URL=chain.node.url,
+        SWF_CHAOSCHAIN_ADDRESS=chain.contract,
+        SWF_ETH_PRIVATE_KEY=",".join(keys),  # public anvil dev keys; only in the env
+        SWF_ARWEAVE_URL=ar.node.url,
+        SWF_ARWEAVE_WALLET=str(wallet),
+        SWF_CHAOSCHAIN_CONFIRMATIONS=str(s.confirmations),
+        SWF_CHAOSCHAIN_POLL_INTERVAL=str(s.poll),
+    )
+    procs = []
+    for n in range(s.procs):
+        cmd = [
+            sys.executable, "-m", "statemachine_wf.cli", "--db", f"sqlite:///{db}",
+            "-m", "examples.chaoschain.workflows", "worker",
+            "--deps", "examples.chaoschain:dependencies",
+            "--concurrency", str(s.concurrency), "--id", f"bench-{n}",
+        ]  # fmt: skip
+        out = open(os.path.join(s.tmp, f"worker-{n}.log"), "wb")  # noqa: SIM115
+        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
+        out.close()
+    return procs
+
+
+def _stop_workers(procs: list[Any]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+
+
 # -- (1) + (2): throughput and latency ----------------------------------------------------
 def run_throughput(s: ChainSettings, ar: Arweave, chain: Chain, mode: str, k: int) -> Row:
     from statemachine_wf.adapters.ethereum import LocalSigner
@@ -319,25 +414,48 @@ def run_throughput(s: ChainSettings, ar: Arweave, chain: Chain, mode: str, k: in
     ids = _create(store, signers, per, name)
     nonces0 = [chain.eth.nonce(sg.address) for sg in signers]
     client = ar.client()
-    runner = _runner(store, chain.eth, client, signers, _settings(chain.contract, s), s)
+    procs: list[Any] = []
+    runner = None
+    if s.procs > 1:
+        name += f", {s.procs} procs"
+    preload = s.preload and mode == "block"
+    if preload:
+        # The queue alone: no block until every instance has uploaded its evidence and
+        # waits for its signer's slot (or holds it, its tx in the pool).
+        name += ", preloaded"
+        chain.rpc("evm_setIntervalMining", 0)
     a0, c0, (b0, t0b) = _pid_cpu(chain.node.pid), time.process_time(), machine_busy()
     t0 = time.perf_counter()
-    runner.start()
+    if s.procs > 1:
+        procs = _workers(s, ar, chain, chain.keys[:k], db)
+    else:
+        runner = _runner(store, chain.eth, client, signers, _settings(chain.contract, s), s)
+        runner.start()
     try:
+        if preload:
+            _wait_uploaded(db, len(ids), s.timeout)
+            chain.rpc("evm_setIntervalMining", max(1, round(s.block_time)))
+            t0 = time.perf_counter()
         st = _wait_done(db, len(ids), s.timeout)
         elapsed = time.perf_counter() - t0
     finally:
-        runner.stop(timeout=30)
-    cpu, anvil_cpu = time.process_time() - c0, _pid_cpu(chain.node.pid) - a0
+        worker_cpu = sum(_pid_cpu(p.pid) for p in procs)
+        if runner is not None:
+            runner.stop(timeout=30)
+        _stop_workers(procs)
+    cpu = time.process_time() - c0 + worker_cpu
+    anvil_cpu = _pid_cpu(chain.node.pid) - a0
     b1, t1b = machine_busy()
     txs = sum(chain.eth.nonce(sg.address) - n0 for sg, n0 in zip(signers, nonces0, strict=True))
     t = _timings(store, ids)
+    pace = _pace(store, ids) if mode == "block" else {}
     client.close()
     store.close()
     row = Row(
         name, mode, k, len(ids), elapsed, txs=txs, window=t["window"],
         submit_ms=t["submit_ms"], total_ms=t["total_ms"], cpu=cpu, anvil_cpu=anvil_cpu,
-        busy=(b1 - b0) / max(1, t1b - t0b), extra={"per_signer": per, "extra_txs": t["extra_txs"]},
+        busy=(b1 - b0) / max(1, t1b - t0b),
+        extra={"per_signer": per, "extra_txs": t["extra_txs"], "procs": s.procs, **pace},
     )  # fmt: skip
     if st["COMPLETED"] != len(ids):
         row.error = f"not all COMPLETED: {dict(st)}"
@@ -514,26 +632,38 @@ def limit(s: ChainSettings, mode: str) -> str:
 
 def table(rows: list[Row], s: ChainSettings) -> str:
     head = (
-        f"{'configuration':<22} {'wf':>4} {'s':>6} {'wf/s':>6} {'wf/s/sg':>8} {'tx/s':>6}"
+        f"{'configuration':<26} {'wf':>4} {'s':>6} {'wf/s':>6} {'wf/s/sg':>8} {'tx/s':>6}"
         f" {'tx/s/sg*':>8} {'limit/sg':>10}  {'submit->conf p50/p99 ms':>23}"
         f" {'cpu ms/wf':>10} {'anvil':>6} {'busy':>5}"
     )
     lines = [head, "-" * len(head)] if any(r.mode != "recon" for r in rows) else []
     for r in rows:
         if r.error:
-            lines.append(f"{r.name:<22} ERROR: {r.error}")
+            lines.append(f"{r.name:<26} ERROR: {r.error}")
             continue
         if r.mode == "recon":
             continue
         lat = f"{_pct(r.submit_ms, 50):.0f} / {_pct(r.submit_ms, 99):.0f}" if r.submit_ms else ""
         win = r.txs / r.window / r.signers if r.window > 0 else 0.0
         lines.append(
-            f"{r.name:<22} {r.workflows:>4} {r.seconds:>6.1f} {r.wf_per_s:>6.2f}"
+            f"{r.name:<26} {r.workflows:>4} {r.seconds:>6.1f} {r.wf_per_s:>6.2f}"
             f" {r.wf_per_s / r.signers:>8.2f} {r.txs / r.seconds:>6.2f} {win:>8.2f}"
             f" {limit(s, r.mode):>10}  {lat:>23}"
             f" {1000 * r.cpu / r.workflows:>10.1f} {1000 * r.anvil_cpu / r.workflows:>6.1f}"
             f" {100 * r.busy:>4.0f}%"
         )
+    paced = [r for r in rows if r.mode == "block" and not r.error and "pace_min" in r.extra]
+    if paced:
+        lines += [
+            "",
+            "per-signer pace (its txs per block, first to last mined block; target 1.00):",
+        ]
+        for r in paced:
+            e = r.extra
+            lines.append(
+                f"  {r.name:<26} min {e['pace_min']:.2f}  p50 {e['pace_p50']:.2f}"
+                f"  blocks between a signer's txs p50 {e['gap_p50']:.0f}, max {e['gap_max']}"
+            )
     for r in rows:
         if r.mode != "recon" or r.error:
             continue

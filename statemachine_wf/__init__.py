@@ -44,6 +44,7 @@ from .errors import (
 from .events import EventRecord, Status
 from .retry import RetryPolicy
 from .runner import Runner, RunnerOptions
+from .signers import SignerQueue, signer_queues
 from .store import InstanceRecord, Store
 from .stores import open_store
 from .workflow import COMPLETED, Workflow, WorkflowSpec, reconcile, step
@@ -73,6 +74,7 @@ __all__ = [
     "Runner",
     "RunnerOptions",
     "SchemaTooNew",
+    "SignerQueue",
     "Snooze",
     "Stall",
     "Status",
@@ -91,5 +93,6 @@ __all__ = [
     "WorkflowSpec",
     "open_store",
     "reconcile",
+    "signer_queues",
     "step",
 ]

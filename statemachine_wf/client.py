@@ -39,6 +39,7 @@ from .events import EventRecord, Status
 from .fold import Projection
 from .limits import check_payload, check_value
 from .operations import once_more
+from .signers import SignerQueue, signer_queues
 from .store import InstanceRecord, NewInstance, Store
 from .waits import NewSignal
 from .workflow import SIGNAL_PATTERN, Workflow, WorkflowSpec
@@ -270,6 +271,11 @@ class Client:
 
     def status(self, instance_id: str) -> Status:
         return self.get(instance_id).status
+
+    def signers(self, *, chain_id: int | None = None) -> list[SignerQueue]:
+        """Each busy signer's transaction queue: slot holder, waiting instances, last
+        nonce, pending hash and its age (:func:`statemachine_wf.signers.signer_queues`)."""
+        return signer_queues(self.store, chain_id=chain_id)
 
     def history(self, instance_id: str, *, include_deleted: bool = False) -> list[EventRecord]:
         """The instance's full event log, in order: its audit trail (see

@@ -25,6 +25,7 @@ from .records import (
     DagCommit,
     DagSnapshot,
     InstanceRecord,
+    LockRecord,
     NewDagInstance,
     NewInstance,
     TaskRecord,
@@ -149,6 +150,9 @@ class TaskQueue(Protocol):
     ) -> list[Claim]:
         """Lease up to ``limit`` due state-machine tasks (kind 'machine') of these types.
 
+        The tasks of instances holding a lock come first, then the rest by priority and
+        due time: a lock holder (a signer's slot) is never kept waiting by its waiters.
+
         ``incarnation`` (the claiming Runner object's) prefixes the claim's lease token.
 
         Rows that cannot be decoded are quarantined (STALLED, dead-lettered) and skipped.
@@ -262,6 +266,11 @@ class Locks(Protocol):
         ...
 
     def lock_holder(self, key: str) -> str | None: ...
+
+    def locks(self, *, prefix: str = "") -> list[LockRecord]:
+        """The held locks whose key starts with ``prefix`` (literally), by key, each with
+        its live waiters; a read for operators (``statemachine-wf signers``)."""
+        ...
 
 
 class Signals(Protocol):

@@ -101,6 +101,18 @@ class TaskRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class LockRecord:
+    """One held durable lock (``wf_locks``) and the live instances queued for it."""
+
+    key: str
+    holder: str
+    since: float
+    """Unix time the holder took it."""
+    waiters: tuple[str, ...] = ()
+    """Instances waiting for it (PENDING, RUNNING or STALLED), oldest wait first."""
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A task this runner now holds.
 

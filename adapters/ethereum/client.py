@@ -197,11 +197,19 @@ class EthereumClient:
         """Fees that get a transaction into the next blocks: ``2 * baseFee + tip``.
 
         Doubling the base fee keeps the transaction valid through six full blocks of
-        base-fee increases without a replacement.
+        base-fee increases without a replacement. The base fee is the higher of the head
+        block's and the pending block's (the one the transaction would go in; a node
+        that validates against it refuses a fee cap priced on the head alone when the
+        next base fee jumps, as anvil's ``anvil_setNextBlockBaseFeePerGas`` makes it).
         """
         with chain_errors(self._url):
             tip = int(self.w3.eth.max_priority_fee)
             base = int(self.w3.eth.get_block("latest").get("baseFeePerGas", 0))
+            try:
+                pending = self.w3.eth.get_block("pending").get("baseFeePerGas", 0)
+            except Exception:  # a node without a pending block: the head's is the price
+                pending = 0
+            base = max(base, int(pending or 0))
         return Fees(max_fee_per_gas=2 * base + tip, max_priority_fee_per_gas=tip)
 
     def estimate_gas(self, tx: Mapping[str, Any]) -> int:

@@ -87,6 +87,16 @@ class ReplacementUnderpriced(ChainError):
     code = "replacement_underpriced"
 
 
+class FeeCapTooLow(ChainError):
+    """The transaction's fee cap is below the block base fee: the node refuses it (and a
+    node evicts such a transaction from its pool when the base fee rises past it). The
+    same bytes can never be accepted while the base fee stays there; a replacement with
+    raised fees can."""
+
+    retryable = True
+    code = "fee_cap_too_low"
+
+
 class InsufficientFunds(ChainError):
     """The sender cannot pay gas * price + value."""
 
@@ -210,6 +220,14 @@ _MESSAGE_MAP: tuple[tuple[tuple[str, ...], type[ChainError]], ...] = (
         AlreadyKnown,
     ),
     (("replacement transaction underpriced", "replacement fee too low"), ReplacementUnderpriced),
+    (
+        (
+            "max fee per gas less than block base fee",
+            "fee cap less than block base fee",
+            "feetoolow",
+        ),
+        FeeCapTooLow,
+    ),
     (("insufficient funds", "cannot afford txn", "insufficient balance"), InsufficientFunds),
     (("limit exceeded", "rate limit", "too many requests", "timeout"), RpcUnavailable),
 )

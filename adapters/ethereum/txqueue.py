@@ -34,11 +34,31 @@ still free mean the same bytes are broadcast again; unknown hashes with the nonc
 some other transaction mean ours can never be mined, and a new transaction is signed with a fresh
 nonce (into the next slot). A transaction pending in the pool for longer than
 ``stuck_after`` is replaced by the same transaction with both fee fields raised by at
-least 10%, recorded in the next slot before it is broadcast.
+least 10% (and to what the market asks now), recorded in the next slot before it is
+broadcast. A lost transaction whose bytes the node refuses because the base fee rose
+past their fee cap (``FeeCapTooLow``: a node evicts such a transaction from its pool) is
+replaced the same way instead of being sent again.
 
-Progress fields are set once, so the records live in numbered fields ``tx_1`` …
-``tx_10`` of :class:`TxQueueProgress` (a workflow's progress model inherits it): ten
-broadcasts per instance (first send, re-nonces and fee bumps together).
+A node that keeps dropping the same transaction is not fed it forever: every re-broadcast
+of recorded bytes is itself recorded first (``resent_N``: the hash and the time), and once
+a hash has been re-broadcast ``max_rebroadcasts`` times (default 3) and the node has lost
+it again, the step is STALLED (code ``tx_dropped``, the hash and the count in the
+message). A STALLED instance keeps its slot (a transaction of its nonce may still be in
+some pool); each retry of the step checks every recorded hash first, so a transaction
+mined meanwhile is followed, and a nonce used by another transaction is signed anew;
+the dropped bytes are not sent again.
+
+**The per-instance limits.** Progress fields are set once, so the records live in
+numbered fields of :class:`TxQueueProgress` (a workflow's progress model inherits it):
+``tx_1`` … ``tx_10``, ten *signed* transactions per instance (the first send, re-signs
+with a fresh nonce and fee-bump replacements together), and ``resent_1`` …
+``resent_10``, ten re-broadcasts of recorded bytes. When the tenth ``tx_N`` is used,
+a stuck transaction is no longer bumped (it waits in the pool at its last fee) and a
+superseded one is not re-signed: the step is STALLED with code ``tx_slots_exhausted``;
+when every ``resent_N`` is used the step is STALLED with code ``tx_dropped``. With the
+defaults (a bump after 30 s in the pool) ten records cover about five minutes of a
+rising fee market; a workflow that needs more sends more than one instance's worth of
+transactions and is better split (one instance per transaction).
 """
 
 from __future__ import annotations
@@ -57,14 +77,16 @@ from statemachine_wf.context import StepContext
 from statemachine_wf.errors import Snooze, Stall
 
 from .client import ConfirmationRule, EthereumClient
-from .errors import AlreadyKnown, NonceTooLow
+from .errors import AlreadyKnown, FeeCapTooLow, NonceTooLow
 from .fate import TxVerdict, tx_fate
 from .signer import SignedTx, Signer
 
 __all__ = [
     "DEFAULT_CONFIRMATIONS",
+    "RESEND_SLOTS",
     "TX_SLOTS",
     "QueueSettings",
+    "Resend",
     "TxQueue",
     "TxQueueProgress",
     "TxRecord",
@@ -117,7 +139,10 @@ transaction of a signer. It is a default for development and test chains: on mai
 """
 
 TX_SLOTS: tuple[str, ...] = tuple(f"tx_{n}" for n in range(1, 11))
-"""The progress fields holding broadcast records, in order of use."""
+"""The progress fields holding signed transactions, in order of use."""
+
+RESEND_SLOTS: tuple[str, ...] = tuple(f"resent_{n}" for n in range(1, 11))
+"""The progress fields recording re-broadcasts of recorded bytes, in order of use."""
 
 
 class TxRecord(BaseModel):
@@ -192,6 +217,20 @@ class TxRecord(BaseModel):
         )
 
 
+class Resend(BaseModel):
+    """One re-broadcast of a recorded transaction's bytes, saved before it is sent.
+
+    Attributes:
+        tx_hash: The transaction sent again.
+        at: Unix time of the re-broadcast.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tx_hash: str
+    at: float
+
+
 class TxQueueProgress(BaseModel):
     """Progress fields of the queue; inherit them in a workflow's progress model."""
 
@@ -205,6 +244,16 @@ class TxQueueProgress(BaseModel):
     tx_8: TxRecord | None = None
     tx_9: TxRecord | None = None
     tx_10: TxRecord | None = None
+    resent_1: Resend | None = None
+    resent_2: Resend | None = None
+    resent_3: Resend | None = None
+    resent_4: Resend | None = None
+    resent_5: Resend | None = None
+    resent_6: Resend | None = None
+    resent_7: Resend | None = None
+    resent_8: Resend | None = None
+    resent_9: Resend | None = None
+    resent_10: Resend | None = None
 
 
 def tx_records(progress: BaseModel) -> list[TxRecord]:
@@ -216,6 +265,18 @@ def tx_records(progress: BaseModel) -> list[TxRecord]:
             out.append(value)
         elif isinstance(value, Mapping):  # a progress model that keeps plain dicts
             out.append(TxRecord.model_validate(value))
+    return out
+
+
+def resends(progress: BaseModel) -> list[Resend]:
+    """Every re-broadcast recorded in ``progress``, oldest first."""
+    out: list[Resend] = []
+    for name in RESEND_SLOTS:
+        value = getattr(progress, name, None)
+        if isinstance(value, Resend):
+            out.append(value)
+        elif isinstance(value, Mapping):
+            out.append(Resend.model_validate(value))
     return out
 
 
@@ -233,6 +294,10 @@ class QueueSettings:
             has not seen it yet is given time.
         bump_factor: Raise of both fee fields on replacement (>= 1.1).
         slot_recheck: Safety-net seconds for a lost wake-up while waiting for the slot.
+        max_rebroadcasts: How many times the same recorded transaction is broadcast again
+            after the node lost it (dropped from its pool, or reorged out) before the step
+            is STALLED with code ``tx_dropped``; 0 never re-broadcasts. At most
+            ``len(RESEND_SLOTS)`` (10).
     """
 
     confirmations: ConfirmationRule = DEFAULT_CONFIRMATIONS
@@ -241,6 +306,7 @@ class QueueSettings:
     not_found_after: float = 10.0
     bump_factor: float = 1.125
     slot_recheck: float = 30.0
+    max_rebroadcasts: int = 3
 
     def __post_init__(self) -> None:
         if self.bump_factor < 1.1:
@@ -249,6 +315,11 @@ class QueueSettings:
             )
         if self.poll_interval <= 0:
             raise ValueError("poll_interval must be > 0")
+        if not 0 <= self.max_rebroadcasts <= len(RESEND_SLOTS):
+            raise ValueError(
+                f"max_rebroadcasts must be between 0 and {len(RESEND_SLOTS)}, "
+                f"got {self.max_rebroadcasts}"
+            )
 
 
 Ctx = StepContext[Any, Any]
@@ -324,7 +395,9 @@ class TxQueue:
             InsufficientFunds: The signer cannot pay (a workflow stalls).
             RpcUnavailable: The node is unreachable (the record is saved; a retry checks
                 the hash first).
-            Stall: All ``tx_N`` slots are used.
+            Stall: All ``tx_N`` slots are used (``tx_slots_exhausted``), or the node lost
+                the recorded transaction again after ``max_rebroadcasts`` re-broadcasts
+                (``tx_dropped``).
         """
         ctx.hold(self.key, recheck=self.settings.slot_recheck)
         records = tx_records(ctx.progress)
@@ -335,13 +408,12 @@ class TxQueue:
                 return _record_of(records, verdict)
             if verdict.kind == "not_found":
                 latest = records[-1]
-                log.info(
-                    "%s: %s unknown to the node, nonce %d free: re-broadcasting the recorded bytes",
-                    self.key,
-                    latest.tx_hash,
-                    latest.nonce,
-                )
-                self._broadcast(ctx, latest)
+                try:
+                    self._rebroadcast(ctx, latest)
+                except FeeCapTooLow:
+                    # Evicted when the base fee rose past its fee cap (or refused now for
+                    # it): these bytes cannot be accepted again; a replacement can.
+                    return self._bump(ctx, latest)
                 return latest
             log.info(
                 "%s: nonce %s used by another transaction; signing anew", self.key, verdict.nonce
@@ -392,7 +464,11 @@ class TxQueue:
             else:
                 where = "in the pool"
             raise Snooze(self.settings.poll_interval, f"tx {verdict.tx_hash} pending ({where})")
-        sent = max(latest.signed_at, _BROADCASTS.last(latest.tx_hash) or 0.0)
+        sent = max(
+            latest.signed_at,
+            _BROADCASTS.last(latest.tx_hash) or 0.0,
+            *(r.at for r in resends(ctx.progress) if r.tx_hash == latest.tx_hash),
+        )
         if self._clock() - sent < self.settings.not_found_after:
             raise Snooze(self.settings.poll_interval, f"tx {latest.tx_hash} not seen yet")
         return verdict
@@ -404,7 +480,7 @@ class TxQueue:
     # --- internals ----------------------------------------------------------------------
 
     def _sign_record_send(self, ctx: Ctx, tx: Mapping[str, Any]) -> TxRecord:
-        slot = _free_slot(ctx.progress)
+        slot = _free_slot(ctx.progress, TX_SLOTS)
         if slot is None:
             raise Stall(
                 f"all {len(TX_SLOTS)} transaction slots of this instance are used",
@@ -419,6 +495,28 @@ class TxQueue:
         self._broadcast(ctx, record)
         return record
 
+    def _rebroadcast(self, ctx: Ctx, latest: TxRecord) -> None:
+        times = sum(1 for r in resends(ctx.progress) if r.tx_hash == latest.tx_hash)
+        slot = _free_slot(ctx.progress, RESEND_SLOTS)
+        if times >= self.settings.max_rebroadcasts or slot is None:
+            raise Stall(
+                f"the node lost transaction {latest.tx_hash} (nonce {latest.nonce}) again "
+                f"after {times} re-broadcast(s) (max_rebroadcasts="
+                f"{self.settings.max_rebroadcasts}); not sent again: every retry checks "
+                "its fate first",
+                code="tx_dropped",
+            )
+        log.info(
+            "%s: %s unknown to the node, nonce %d free: re-broadcasting the recorded bytes (%d)",
+            self.key,
+            latest.tx_hash,
+            latest.nonce,
+            times + 1,
+        )
+        # Write-ahead, as for a first send: the count survives a crash right after.
+        ctx.save(**{slot: Resend(tx_hash=latest.tx_hash, at=self._clock()).model_dump()})
+        self._broadcast(ctx, latest)
+
     def _broadcast(self, ctx: Ctx, record: TxRecord) -> None:
         _BROADCASTS.mark(record.tx_hash, self._clock())
         try:
@@ -432,7 +530,7 @@ class TxQueue:
             raise
         log.info("%s: broadcast %s (nonce %d)", self.key, record.tx_hash, record.nonce)
 
-    def _bump(self, ctx: Ctx, latest: TxRecord) -> None:
+    def _bump(self, ctx: Ctx, latest: TxRecord) -> TxRecord:
         bumped = self.client.bump_fees(latest.unsigned(), factor=self.settings.bump_factor)
         log.info(
             "%s: %s stuck; replacing (fees %d/%d -> %d/%d)",
@@ -443,11 +541,11 @@ class TxQueue:
             bumped["maxFeePerGas"],
             bumped["maxPriorityFeePerGas"],
         )
-        self._sign_record_send(ctx, bumped)
+        return self._sign_record_send(ctx, bumped)
 
 
-def _free_slot(progress: BaseModel) -> str | None:
-    for name in TX_SLOTS:
+def _free_slot(progress: BaseModel, slots: tuple[str, ...]) -> str | None:
+    for name in slots:
         if getattr(progress, name, None) is None:
             return name
     return None

@@ -3,7 +3,8 @@
     statemachine-wf [--db URL] [--schema S] [-m MODULE ...] COMMAND ...
 
 Commands: migrate, worker, start, status, history, graph, list, cancel, resume, retry,
-verify, rebuild, dead-letters (list, show, redrive), delete, purge, signal, signals.
+verify, rebuild, dead-letters (list, show, redrive), delete, purge, signal, signals,
+signers.
 Workflow classes come from the modules named with ``-m`` (or ``SWF_MODULES``), resolved
 from the current directory first (as ``python -m``, uvicorn and celery do); every
 ``Workflow`` subclass defined in a named module, or for a package in any of its modules,
@@ -31,7 +32,7 @@ from ..config import Config
 from ..errors import WorkflowError
 from ..events import Status
 from ..redact import redact_url
-from . import inbox, instances, operating
+from . import inbox, instances, operating, signers
 from .formatting import _event_dict as _event_dict
 from .formatting import _json_arg as _json_arg
 from .formatting import _record_dict as _record_dict
@@ -212,6 +213,14 @@ def _parser() -> argparse.ArgumentParser:
     ss.add_argument("--limit", type=int, default=50, help="at most this many rows")
     ss.add_argument("--json", action="store_true", help="machine-readable output")
 
+    sq = command(
+        "signers",
+        "each busy signer's transaction queue: slot holder, waiting instances, last nonce, "
+        "pending hash and its age (read from the store; idle signers are not listed)",
+    )
+    sq.add_argument("--chain-id", type=int, help="only this chain (default: every chain)")
+    sq.add_argument("--json", action="store_true", help="machine-readable output")
+
     pg = command("purge", "delete finished instances older than an age")
     pg.add_argument("--older-than", required=True, help="age: 30d, 12h, 15m, 90s")
     pg.add_argument("--batch", type=int, default=1000, help="instances per transaction")
@@ -291,5 +300,7 @@ def _run(args: argparse.Namespace) -> int:
         inbox.signal(client, args)
     elif cmd == "signals":
         _signals(client, store, args)
+    elif cmd == "signers":
+        signers.signers(client, args)
     store.close()
     return 0

@@ -46,6 +46,7 @@ from ..fold import Projection
 from ..store import (
     KIND_NAMES,
     InstanceRecord,
+    LockRecord,
     NewInstance,
     TaskRecord,
     TypeKind,
@@ -378,6 +379,21 @@ class SqlBase(ABC):
     def lock_holder(self, key: str) -> str | None:
         row = self._read_one("lock_holder", key=key)
         return None if row is None else str(row["holder"])
+
+    def locks(self, *, prefix: str = "") -> list[LockRecord]:
+        pattern = like_prefix(prefix) if prefix else None
+        waiters: dict[str, list[str]] = {}
+        for row in self._read_all("lock_waiters", pattern=pattern):
+            waiters.setdefault(str(row["key"]), []).append(str(row["instance_id"]))
+        return [
+            LockRecord(
+                key=str(row["key"]),
+                holder=str(row["holder"]),
+                since=float(row["since"]),
+                waiters=tuple(waiters.get(str(row["key"]), ())),
+            )
+            for row in self._read_all("locks_held", pattern=pattern)
+        ]
 
     # -- Signals ------------------------------------------------------------------------
     @abstractmethod

@@ -6,7 +6,7 @@ from statemachine_wf import decide
 from statemachine_wf.store import Commit, Store
 from tests.integration.core.test_store_contract import new
 
-from .helpers import TYPE, started
+from .helpers import TYPE, cancelled, started
 
 
 def test_a_lock_is_exclusive_per_key(store: Store) -> None:
@@ -65,3 +65,47 @@ def test_an_instance_that_ends_releases_its_locks_and_wakes_its_waiters(store: S
     assert store.lock_holder("k") is None
     [woken] = store.claim(worker="w", types=[TYPE], lease=300)
     assert woken.instance.id == waiter
+
+
+def test_locks_lists_the_held_locks_with_their_live_waiters(store: Store) -> None:
+    a, b, c, d = (new(store) for _ in range(4))
+    assert store.locks() == []
+    store.acquire_lock("eth:1:0xaa", a)
+    store.acquire_lock("eth:1:0xaa", b)  # waits
+    store.acquire_lock("eth:1:0xaa", c)  # waits, after b
+    store.acquire_lock("other_%", d)
+    held = store.locks(prefix="eth:")
+    assert [(x.key, x.holder, x.waiters) for x in held] == [("eth:1:0xaa", a, (b, c))]
+    assert held[0].since > 0
+    assert [x.key for x in store.locks()] == ["eth:1:0xaa", "other_%"]
+    assert store.locks(prefix="other_") == store.locks(prefix="other_%")  # literal _, %
+    assert store.locks(prefix="otherX") == []
+    cancelled(store, b)  # an ended waiter is no longer listed
+    assert store.locks(prefix="eth:")[0].waiters == (c,)
+    store.release_locks(a)
+    assert store.locks(prefix="eth:") == []  # free: nobody holds it (c is woken to take it)
+
+
+def test_a_lock_holders_due_task_is_claimed_before_earlier_and_higher_priority_work(
+    store: Store,
+) -> None:
+    others = [new(store, priority=1) for _ in range(3)]  # due first, and a higher priority
+    holder = new(store)
+    store.acquire_lock("eth:1:0xaa", holder)
+    [first] = store.claim(worker="w", types=[TYPE], lease=300, limit=1)
+    assert first.instance.id == holder
+    rest = store.claim(worker="w", types=[TYPE], lease=300, limit=10)
+    assert [c.instance.id for c in rest] == others  # then by priority and due time, once
+    assert store.claim(worker="w", types=[TYPE], lease=300, limit=10) == []
+
+
+def test_the_holders_first_claim_still_takes_limit_tasks_and_each_once(store: Store) -> None:
+    others = [new(store) for _ in range(3)]
+    holders = [new(store) for _ in range(2)]  # due after the others
+    for n, holder in enumerate(holders):
+        store.acquire_lock(f"k{n}", holder)
+        store.acquire_lock(f"j{n}", holder)  # two locks: still one task
+    claims = store.claim(worker="w", types=[TYPE], lease=300, limit=4)
+    assert sorted(c.instance.id for c in claims) == sorted([*holders, *others[:2]])
+    [last] = store.claim(worker="w", types=[TYPE], lease=300, limit=4)
+    assert last.instance.id == others[2]

@@ -258,13 +258,45 @@ WHERE (%(instance_id)s::uuid IS NULL OR instance_id = %(instance_id)s::uuid)
 GROUP BY state;
 
 -- name: claim
-WITH picked AS (
-    SELECT id FROM wf_tasks
+-- The due tasks of instances that hold a lock (a signer's slot) come first, then the rest
+-- by priority and due time: a holder's recheck never queues behind the work its lock
+-- keeps waiting (docs/architecture.md, "Locks"). `held` reads the small wf_locks table;
+-- `rest` is the plain index-ordered pick, locked as it is read (SKIP LOCKED: a claim
+-- racing another one reads on past the rows the other took); a task in both counts once,
+-- and `picked` locks what is taken, re-checking under the lock that it is still due.
+WITH held AS (
+    -- From each holder to its task (LATERAL: never a walk of the due index probing
+    -- wf_locks per task, which reads the whole due backlog; the EXPLAIN test holds it).
+    -- Not locked here: only the candidates `picked` takes are.
+    SELECT t.id, t.priority, t.due_at
+    FROM (SELECT DISTINCT holder FROM wf_locks) AS l
+    CROSS JOIN LATERAL (
+        SELECT id, priority, due_at FROM wf_tasks
+        WHERE instance_id = l.holder
+          AND due_at <= now() AND type = ANY(%(types)s) AND kind = 'machine'
+        OFFSET 0  -- a fence: kept a per-holder lookup, never flattened into a join
+    ) AS t
+    ORDER BY t.priority, t.due_at
+    LIMIT %(limit)s
+), rest AS (
+    SELECT id, priority, due_at FROM wf_tasks
     -- State-machine tasks only: a DAG instance named after a hosted type is not ours.
     WHERE due_at <= now() AND type = ANY(%(types)s) AND kind = 'machine'
     ORDER BY priority, due_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), cand AS (
+    SELECT id, min(rank) AS rank, min(priority) AS priority, min(due_at) AS due_at
+    FROM (SELECT id, 0 AS rank, priority, due_at FROM held
+          UNION ALL
+          SELECT id, 1 AS rank, priority, due_at FROM rest) AS both_picks
+    GROUP BY id
+), picked AS (
+    SELECT t.id FROM wf_tasks t JOIN cand c ON c.id = t.id
+    WHERE t.due_at <= now()
+    ORDER BY c.rank, c.priority, c.due_at
+    LIMIT %(limit)s
+    FOR UPDATE OF t SKIP LOCKED
 ), prev AS (
     SELECT t.id AS task_id, t.node, i.id AS instance_id, i.version,
            coalesce((i.attempts ->> t.node)::int, 0) + 1 AS next_attempt,
@@ -487,6 +519,19 @@ SELECT (SELECT count(*) FROM rel) AS released, (SELECT count(*) FROM woke) AS wo
 
 -- name: lock_holder
 SELECT holder FROM wf_locks WHERE key = %(key)s;
+
+-- name: locks_held
+-- %(pattern)s a LIKE prefix (store.like_prefix) or NULL.
+SELECT key, holder, extract(epoch FROM since)::float8 AS since FROM wf_locks
+WHERE %(pattern)s::text IS NULL OR key LIKE %(pattern)s ORDER BY key;
+
+-- name: lock_waiters
+-- Only waiters that can still take the lock: an ended instance's row stays until deleted.
+SELECT w.key, w.instance_id, extract(epoch FROM w.since)::float8 AS since
+FROM wf_lock_waiters w JOIN wf_instances i ON i.id = w.instance_id
+WHERE (%(pattern)s::text IS NULL OR w.key LIKE %(pattern)s)
+  AND i.status IN ('PENDING', 'RUNNING', 'STALLED')
+ORDER BY w.key, w.since, w.instance_id;
 
 -- name: wake_instances
 WITH woke AS (

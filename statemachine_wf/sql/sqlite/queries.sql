@@ -173,12 +173,23 @@ FROM (SELECT t.id AS task_id, t.instance_id, t.node, i.attempts,
               AND coalesce(t.node, '') <> '' AND i.status IN ('PENDING', 'RUNNING', 'STALLED')
               AND i.waiting_key IS NULL AND json_valid(i.attempts)) AS fast
       FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
-      WHERE t.id IN (SELECT id FROM wf_tasks
-                     -- State-machine tasks only: a DAG instance named after a hosted type
-                     -- is not ours.
-                     WHERE due_at <= :now AND kind = 'machine'
-                       AND type IN (SELECT value FROM json_each(:types))
-                     ORDER BY priority, due_at LIMIT :limit));
+      -- Lock holders' due tasks first (as PostgreSQL's claim: a holder's recheck never
+      -- queues behind the work its lock keeps waiting), then the rest by priority and due
+      -- time; a task in both counts once. State-machine tasks only: a DAG instance named
+      -- after a hosted type is not ours.
+      WHERE t.id IN (SELECT id FROM (
+                       SELECT * FROM (SELECT id, 0 AS rank, priority, due_at FROM wf_tasks
+                                      WHERE instance_id IN (SELECT holder FROM wf_locks)
+                                        AND due_at <= :now AND kind = 'machine'
+                                        AND type IN (SELECT value FROM json_each(:types))
+                                      ORDER BY priority, due_at LIMIT :limit)
+                       UNION ALL
+                       SELECT * FROM (SELECT id, 1 AS rank, priority, due_at FROM wf_tasks
+                                      WHERE due_at <= :now AND kind = 'machine'
+                                        AND type IN (SELECT value FROM json_each(:types))
+                                      ORDER BY priority, due_at LIMIT :limit))
+                     GROUP BY id ORDER BY min(rank), min(priority), min(due_at)
+                     LIMIT :limit));
 UPDATE wf_instances AS i
 SET version = i.version + 1, updated_at = :now,
     status = CASE WHEN c.fast THEN 'RUNNING' ELSE i.status END,
@@ -336,6 +347,19 @@ SELECT holder FROM wf_locks WHERE key = :key;
 
 -- name: lock_holder
 SELECT holder FROM wf_locks WHERE key = :key;
+
+-- name: locks_held
+-- :pattern a LIKE prefix (store.like_prefix) or NULL.
+SELECT key, holder, since FROM wf_locks
+WHERE :pattern IS NULL OR key LIKE :pattern ESCAPE '\' ORDER BY key;
+
+-- name: lock_waiters
+-- Only waiters that can still take the lock: an ended instance's row stays until deleted.
+SELECT w.key, w.instance_id, w.since
+FROM wf_lock_waiters w JOIN wf_instances i ON i.id = w.instance_id
+WHERE (:pattern IS NULL OR w.key LIKE :pattern ESCAPE '\')
+  AND i.status IN ('PENDING', 'RUNNING', 'STALLED')
+ORDER BY w.key, w.since, w.instance_id;
 
 -- name: lock_unwait
 DELETE FROM wf_lock_waiters WHERE key = :key AND instance_id = :id;

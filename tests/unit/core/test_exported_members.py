@@ -38,6 +38,7 @@ def test_all_is_sorted_and_complete() -> None:
         "checks",
         "options",
         "operations",
+        "signers",
     }
     assert public - modules == set(exported)
 

@@ -47,7 +47,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # Driving claimed instances: the pool, one driver per kind, the DAG node handlers.
     "runtime": ("context", "driver", "runner", "dag.executor", "dag.handlers"),
     # What producers and operators call.
-    "client": ("client", "dag.client", "inbox", "live"),
+    "client": ("client", "dag.client", "inbox", "live", "signers"),
 }
 STORES = "stores"  # beside the stack: may use definition, core and port only
 SURFACE = ("", "dag")  # the facades: the package and the DAG package re-export

@@ -23,6 +23,7 @@ from statemachine_wf.adapters.ethereum.errors import (
     AlreadyKnown,
     ChainError,
     ConfirmationTimeout,
+    FeeCapTooLow,
     InsufficientFunds,
     NonceTooLow,
     ReplacementUnderpriced,
@@ -56,9 +57,11 @@ def error_string(reason: str) -> str:
         ("transaction already imported", AlreadyKnown),
         ("replacement transaction underpriced", ReplacementUnderpriced),
         ("Insufficient funds for gas * price + value", InsufficientFunds),
+        ("max fee per gas less than block base fee", FeeCapTooLow),
         # geth (-32000)
         ("nonce too low: next nonce 5, tx nonce 3", NonceTooLow),
         ("already known", AlreadyKnown),
+        ("fee cap less than block base fee: address 0xf39f, gasFeeCap: 1 baseFee: 7", FeeCapTooLow),
         ("insufficient funds for gas * price + value: balance 0, tx cost 21000", InsufficientFunds),
         # hosted RPC rate limits
         ("daily request count limit exceeded", RpcUnavailable),

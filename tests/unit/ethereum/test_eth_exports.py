@@ -15,6 +15,7 @@ def test_exported_members() -> None:
         "ContractArtifact",
         "DevNodeError",
         "EthereumClient",
+        "FeeCapTooLow",
         "Fees",
         "InsufficientFunds",
         "LocalSigner",

@@ -15,6 +15,7 @@ from examples.chaoschain.views import epoch_closed, work_evidence, work_submitte
 from statemachine_wf.adapters.arweave import ArweaveClient
 from statemachine_wf.adapters.ethereum import EthereumClient, LocalSigner
 from statemachine_wf.adapters.ethereum.txqueue import (
+    RESEND_SLOTS,
     QueueSettings,
     TxQueue,
     TxQueueProgress,
@@ -22,7 +23,7 @@ from statemachine_wf.adapters.ethereum.txqueue import (
     tx_records,
 )
 from statemachine_wf.context import StepContext
-from statemachine_wf.errors import Snooze, Waiting
+from statemachine_wf.errors import Snooze, Stall, Waiting
 from statemachine_wf.reconcilers.arweave import upload_fate
 from statemachine_wf.reconcilers.ethereum import nonce_used, signer_nonce, tx_fate
 
@@ -275,3 +276,63 @@ def test_arweave_upload_fate() -> None:
         missing = upload_fate(client, tx_id)
         assert missing.kind == "not_found"
         assert not missing.exists
+
+
+def _unsent(
+    client: EthereumClient, contract: Contract, signer: LocalSigner
+) -> tuple[TxRecord, Callable[[int], dict[str, Any]]]:
+    """A transaction recorded and never broadcast: the node does not know it."""
+    build = builder(client, contract, signer, DATA_HASH)
+    tx = build(client.nonce(signer.address))
+    return TxRecord.of(tx, signer.sign_transaction(tx), signed_at=0.0), build
+
+
+def test_rebroadcasts_are_recorded_then_bounded_by_a_stall(
+    evm_client: EthereumClient, evm_signer: LocalSigner, evm_contract: Contract
+) -> None:
+    record, build = _unsent(evm_client, evm_contract, evm_signer)
+    nonce = evm_client.nonce(evm_signer.address)
+    lost_before = {f"resent_{n}": {"tx_hash": record.tx_hash, "at": float(n)} for n in (1, 2, 3)}
+    other = {"resent_4": {"tx_hash": "0x" + "ab" * 32, "at": 4.0}}  # another hash: not counted
+    queue = TxQueue(evm_client, evm_signer, DEPTH_1)
+    ctx, host = make_ctx({"tx_1": record.model_dump(), **lost_before, **other})
+    with pytest.raises(Stall) as stalled:
+        queue.submit(ctx, build)
+    assert stalled.value.code == "tx_dropped"
+    assert record.tx_hash in str(stalled.value)
+    assert "3 re-broadcast" in str(stalled.value)
+    assert host.saved == {}  # nothing recorded, nothing sent
+    assert evm_client.nonce(evm_signer.address) == nonce
+
+    # Under the bound the re-broadcast is recorded (write-ahead), then sent.
+    fewer = {k: v for k, v in lost_before.items() if k != "resent_3"}
+    ctx, host = make_ctx({"tx_1": record.model_dump(), **fewer, **other})
+    assert queue.submit(ctx, build).tx_hash == record.tx_hash
+    assert host.saved["resent_3"]["tx_hash"] == record.tx_hash
+    assert queue.await_final(ctx).kind == "confirmed"
+
+
+def test_max_rebroadcasts_zero_never_resends_and_the_setting_is_checked(
+    evm_client: EthereumClient, evm_signer: LocalSigner, evm_contract: Contract
+) -> None:
+    record, build = _unsent(evm_client, evm_contract, evm_signer)
+    queue = TxQueue(evm_client, evm_signer, QueueSettings(confirmations=1, max_rebroadcasts=0))
+    ctx, host = make_ctx({"tx_1": record.model_dump()})
+    with pytest.raises(Stall, match="0 re-broadcast"):
+        queue.submit(ctx, build)
+    assert host.saved == {}
+    for bad in (-1, len(RESEND_SLOTS) + 1):
+        with pytest.raises(ValueError, match="max_rebroadcasts"):
+            QueueSettings(max_rebroadcasts=bad)
+
+
+def test_every_resend_slot_used_stalls_even_under_the_bound(
+    evm_client: EthereumClient, evm_signer: LocalSigner, evm_contract: Contract
+) -> None:
+    record, build = _unsent(evm_client, evm_contract, evm_signer)
+    full = {name: {"tx_hash": "0x" + "cd" * 32, "at": 1.0} for name in RESEND_SLOTS}
+    queue = TxQueue(evm_client, evm_signer, DEPTH_1)
+    ctx, _ = make_ctx({"tx_1": record.model_dump(), **full})
+    with pytest.raises(Stall) as stalled:
+        queue.submit(ctx, build)
+    assert stalled.value.code == "tx_dropped"

@@ -1,0 +1,37 @@
+"""``statemachine-wf signers``: each busy signer's transaction queue, from the store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..client import Client
+from .formatting import _when
+
+
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f}s"
+
+
+def signers(client: Client, args: argparse.Namespace) -> None:
+    queues = client.signers(chain_id=args.chain_id)
+    if args.json:
+        print(json.dumps([q.as_dict() for q in queues], indent=2))
+        return
+    if not queues:
+        print("no signer slot is held (every signer is idle)")
+        return
+    for q in queues:
+        print(f"signer {q.signer}  chain {q.chain_id}")
+        print(
+            f"  holder   {q.holder}  {q.holder_type or '?'}  {q.holder_status or 'gone'}"
+            f" at {q.holder_step or '-'}  since {_when(q.held_since)} UTC"
+        )
+        if q.pending_hash is None:
+            print("  pending  nothing signed yet")
+        else:
+            print(
+                f"  pending  {q.pending_hash}  nonce {q.last_nonce}"
+                f"  age {_age(q.pending_age)}  ({len(q.sent)} signed)"
+            )
+        print(f"  waiting  {len(q.waiting)}" + "".join(f"\n    {w}" for w in q.waiting))
