@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -35,6 +36,8 @@ from tests.unit.core.workflows import ThreeSteps
 ROOT = Path(__file__).resolve().parents[3]
 TOKEN = "browser-operator-token"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+PAGE_CHANGING = (StaleElementReferenceException, NoSuchElementException)
+"""What a wait may meet while the page reloads (after a form post): look again."""
 SHOTS = Path(tempfile.mkdtemp(prefix="swf-dashboard-shots-"))
 
 registry = Registry()
@@ -149,7 +152,7 @@ def _sign_in(browser: webdriver.Chrome, base: str) -> None:
     browser.get(base + "/login")
     browser.find_element(By.ID, "token").send_keys(TOKEN)
     browser.find_element(By.ID, "login").click()
-    WebDriverWait(browser, 10).until(
+    WebDriverWait(browser, 10, ignored_exceptions=PAGE_CHANGING).until(
         lambda b: "operator" in b.find_element(By.TAG_NAME, "header").text
     )
 
@@ -186,15 +189,15 @@ def test_pages_load_and_the_dag_page_updates_while_a_runner_works(
     runner = Runner(store, [], dags=registry, options=RunnerOptions(concurrency=2, idle_poll=0.2))
     runner.start()
     try:
-        WebDriverWait(browser, 20).until(
+        WebDriverWait(browser, 20, ignored_exceptions=PAGE_CHANGING).until(
             lambda d: "running" in d.find_element(By.CSS_SELECTOR, node).get_attribute("class")
         )
         _shot(browser, "dag-running")
         gate.set()
-        WebDriverWait(browser, 20).until(
+        WebDriverWait(browser, 20, ignored_exceptions=PAGE_CHANGING).until(
             lambda d: "completed" in d.find_element(By.CSS_SELECTOR, node).get_attribute("class")
         )
-        WebDriverWait(browser, 20).until(
+        WebDriverWait(browser, 20, ignored_exceptions=PAGE_CHANGING).until(
             lambda d: d.find_element(By.ID, "status").text == "COMPLETED"
         )
         _shot(browser, "dag-completed")
@@ -226,8 +229,12 @@ def test_an_action_on_the_page_changes_the_instance_and_none_without_the_token(
     _shot(browser, "instance")
     browser.find_element(By.ID, "action-cancel").click()
     dialog = browser.find_element(By.ID, "confirm")
-    WebDriverWait(browser, 10).until(lambda d: dialog.is_displayed())
+    WebDriverWait(browser, 10, ignored_exceptions=PAGE_CHANGING).until(
+        lambda d: dialog.is_displayed()
+    )
     assert client.get(iid).status == Status.PENDING  # nothing until confirmed
     browser.find_element(By.ID, "confirm-ok").click()
-    WebDriverWait(browser, 10).until(lambda d: d.find_element(By.ID, "status").text == "CANCELLED")
+    WebDriverWait(browser, 10, ignored_exceptions=PAGE_CHANGING).until(
+        lambda d: d.find_element(By.ID, "status").text == "CANCELLED"
+    )
     assert client.get(iid).status == Status.CANCELLED
