@@ -51,6 +51,8 @@ class Config:
             saved or started (default 2 MiB). Env: ``SWF_MAX_DAG_BYTES``.
         max_dag_nodes: the most nodes a DAG definition may have (default 10,000). Env:
             ``SWF_MAX_DAG_NODES``.
+        operator_token: the secret that lets ``statemachine-wf dashboard`` change
+            instances (None: the dashboard is read-only). Env: ``SWF_OPERATOR_TOKEN``.
     """
 
     database_url: str = field(default=DEFAULT_URL, repr=False)  # may hold a password
@@ -68,6 +70,7 @@ class Config:
     reconnect_interval: float = 0.5
     max_dag_bytes: int = DEFAULT_MAX_DAG_BYTES
     max_dag_nodes: int = DEFAULT_MAX_DAG_NODES
+    operator_token: str | None = field(default=None, repr=False)  # a secret
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -112,6 +115,7 @@ class Config:
                 reconnect_interval=float(env.get("SWF_PG_RECONNECT_INTERVAL", "0.5")),
                 max_dag_bytes=cls.dag_limit_from_env("SWF_MAX_DAG_BYTES", env),
                 max_dag_nodes=cls.dag_limit_from_env("SWF_MAX_DAG_NODES", env),
+                operator_token=env.get("SWF_OPERATOR_TOKEN") or None,
             )
         except ValueError as exc:
             raise ValueError(f"bad SWF_* setting: {exc}") from exc

@@ -4,7 +4,7 @@
 
 Commands: migrate, worker, start, status, history, graph, list, cancel, resume, retry,
 verify, rebuild, dead-letters (list, show, redrive), delete, purge, signal, signals,
-signers.
+signers, dashboard.
 Workflow classes come from the modules named with ``-m`` (or ``SWF_MODULES``), resolved
 from the current directory first (as ``python -m``, uvicorn and celery do); every
 ``Workflow`` subclass defined in a named module, or for a package in any of its modules,
@@ -32,7 +32,7 @@ from ..config import Config
 from ..errors import WorkflowError
 from ..events import Status
 from ..redact import redact_url
-from . import inbox, instances, operating, signers
+from . import dashboard, inbox, instances, operating, signers
 from .formatting import _event_dict as _event_dict
 from .formatting import _json_arg as _json_arg
 from .formatting import _record_dict as _record_dict
@@ -230,6 +230,15 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also delete dead letters older than the age, redriven or not",
     )
+    db = command("dashboard", "serve the web dashboard (read-only without an operator token)")
+    db.add_argument("--host", default="127.0.0.1", help="address to bind")
+    db.add_argument("--port", type=int, default=8765, help="port to listen on")
+    db.add_argument(
+        "--operator-token",
+        default=env.operator_token,
+        help="the secret that enables cancel/resume/retry/signal/redrive "
+        "(env SWF_OPERATOR_TOKEN; default: none, read-only)",
+    )
     return p
 
 
@@ -302,5 +311,7 @@ def _run(args: argparse.Namespace) -> int:
         _signals(client, store, args)
     elif cmd == "signers":
         signers.signers(client, args)
+    elif cmd == "dashboard":
+        dashboard.dashboard(store, workflows, args)
     store.close()
     return 0

@@ -809,3 +809,64 @@ WITH doomed AS (
 )
 DELETE FROM wf_dead_letters d USING doomed WHERE d.id = doomed.id
 RETURNING d.id;
+
+-- name: page_instances
+-- The dashboard's keyset page, newest first: rows strictly older than the row %(after)s
+-- (by created_at, then id; the first page when it is NULL), one range of
+-- wf_instances_recent. %(status)s is ignored when %(any_status)s; %(pattern)s a LIKE
+-- prefix; %(since)s/%(until)s created_at bounds in epoch seconds (NULL: open).
+SELECT * FROM wf_instances
+WHERE (created_at, id) < (coalesce((SELECT created_at FROM wf_instances
+                                    WHERE id = %(after)s::uuid),
+                                   CASE WHEN %(after)s::uuid IS NULL THEN 'infinity'::timestamptz END),
+                          coalesce(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
+  AND created_at >= coalesce(to_timestamp(%(since)s::float8), '-infinity'::timestamptz)
+  AND created_at < coalesce(to_timestamp(%(until)s::float8), 'infinity'::timestamptz)
+  AND (%(any_status)s OR status = ANY(%(status)s))
+  AND (%(pattern)s::text IS NULL OR type LIKE %(pattern)s)
+  AND (%(deleted)s OR deleted_at IS NULL)
+ORDER BY created_at DESC, id DESC LIMIT %(limit)s;
+
+-- name: find_instances
+-- The instance with the id %(ident_id)s (NULL when the text is no uuid) or the idempotency
+-- key %(ident)s (the primary key and the key's unique index; at most two rows).
+SELECT * FROM wf_instances WHERE id = %(ident_id)s::uuid AND (%(deleted)s OR deleted_at IS NULL)
+UNION
+SELECT * FROM wf_instances WHERE idempotency_key = %(ident)s AND (%(deleted)s OR deleted_at IS NULL)
+ORDER BY created_at DESC, id DESC;
+
+-- name: status_counts
+SELECT status, count(*) AS n FROM wf_instances WHERE deleted_at IS NULL GROUP BY status;
+
+-- name: queue_depth
+-- Per task type and kind: tasks due (ready to claim), leased, and due later.
+SELECT type, kind,
+       count(*) FILTER (WHERE due_at <= now()) AS ready,
+       count(*) FILTER (WHERE lease_owner IS NOT NULL AND due_at > now()) AS leased,
+       count(*) FILTER (WHERE lease_owner IS NULL AND due_at > now()) AS later
+FROM wf_tasks GROUP BY type, kind ORDER BY type, kind;
+
+-- name: workers
+-- Every worker that holds a lease that has not run out: how many, the latest moment its
+-- leases run to, and the last heartbeat logged (heartbeat_at; NULL until one is).
+SELECT lease_owner AS worker, count(*) AS leases,
+       extract(epoch FROM max(due_at))::float8 AS lease_until,
+       extract(epoch FROM max(heartbeat_at))::float8 AS heartbeat_at
+FROM wf_tasks WHERE lease_owner IS NOT NULL AND due_at > now()
+GROUP BY lease_owner ORDER BY lease_owner;
+
+-- name: throughput
+-- Instances created since %(since)s, per %(bucket)s seconds of their creation (a range of
+-- wf_instances_recent), and of those how many have finished, per bucket of their finish.
+SELECT floor(extract(epoch FROM created_at)::float8 / %(bucket)s::float8) * %(bucket)s::float8 AS at,
+       'started' AS what, count(*) AS n
+FROM wf_instances WHERE created_at >= to_timestamp(%(since)s::float8) GROUP BY 1
+UNION ALL
+SELECT floor(extract(epoch FROM updated_at)::float8 / %(bucket)s::float8) * %(bucket)s::float8 AS at,
+       'finished' AS what, count(*) AS n
+FROM wf_instances WHERE created_at >= to_timestamp(%(since)s::float8)
+  AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+GROUP BY 1 ORDER BY 1;
+
+-- name: dead_letter_counts
+SELECT count(*) AS total, count(*) - count(redriven_at) AS waiting FROM wf_dead_letters;

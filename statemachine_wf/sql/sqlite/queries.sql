@@ -596,3 +596,59 @@ DELETE FROM wf_dead_letters
 WHERE id IN (SELECT id FROM wf_dead_letters WHERE created_at < :now - :age
              ORDER BY created_at LIMIT :batch)
 RETURNING id;
+
+-- name: page_instances
+-- The dashboard's keyset page, newest first: rows strictly older than the row :after (by
+-- created_at, then id; the first page when :after is NULL), one range of
+-- wf_instances_recent. :status a JSON array (ignored when :any_status); :pattern a LIKE
+-- prefix; :since/:until created_at bounds (NULL: open).
+SELECT * FROM wf_instances
+WHERE (created_at, id) < (coalesce((SELECT created_at FROM wf_instances WHERE id = :after),
+                                   CASE WHEN :after IS NULL THEN 1e300 END),
+                          coalesce(:after, ''))
+  AND created_at >= coalesce(:since, -1e300)
+  AND created_at < coalesce(:until, 1e300)
+  AND (:any_status OR status IN (SELECT value FROM json_each(:status)))
+  AND (:pattern IS NULL OR type LIKE :pattern ESCAPE '\')
+  AND (:deleted OR deleted_at IS NULL)
+ORDER BY created_at DESC, id DESC LIMIT :limit;
+
+-- name: find_instances
+-- The instance with the id :ident or the idempotency key :ident (the primary key and the
+-- key's unique index; at most two rows).
+SELECT * FROM wf_instances WHERE id = :ident AND (:deleted OR deleted_at IS NULL)
+UNION
+SELECT * FROM wf_instances WHERE idempotency_key = :ident AND (:deleted OR deleted_at IS NULL)
+ORDER BY created_at DESC, id DESC;
+
+-- name: status_counts
+SELECT status, count(*) AS n FROM wf_instances WHERE deleted_at IS NULL GROUP BY status;
+
+-- name: queue_depth
+-- Per task type and kind: tasks due (ready to claim), leased, and due later.
+SELECT type, kind,
+       sum(CASE WHEN due_at <= :now THEN 1 ELSE 0 END) AS ready,
+       sum(CASE WHEN lease_owner IS NOT NULL AND due_at > :now THEN 1 ELSE 0 END) AS leased,
+       sum(CASE WHEN lease_owner IS NULL AND due_at > :now THEN 1 ELSE 0 END) AS later
+FROM wf_tasks GROUP BY type, kind ORDER BY type, kind;
+
+-- name: workers
+-- Every worker that holds a lease that has not run out: how many, the latest moment its
+-- leases run to, and the last heartbeat logged (heartbeat_at; NULL until one is).
+SELECT lease_owner AS worker, count(*) AS leases, max(due_at) AS lease_until,
+       max(heartbeat_at) AS heartbeat_at
+FROM wf_tasks WHERE lease_owner IS NOT NULL AND due_at > :now
+GROUP BY lease_owner ORDER BY lease_owner;
+
+-- name: throughput
+-- Instances created since :since, per :bucket seconds of their creation (a range of
+-- wf_instances_recent), and of those how many have finished, per bucket of their finish.
+SELECT CAST(created_at / :bucket AS INTEGER) * :bucket AS at, 'started' AS what, count(*) AS n
+FROM wf_instances WHERE created_at >= :since GROUP BY 1
+UNION ALL
+SELECT CAST(updated_at / :bucket AS INTEGER) * :bucket AS at, 'finished' AS what, count(*) AS n
+FROM wf_instances WHERE created_at >= :since AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+GROUP BY 1 ORDER BY 1;
+
+-- name: dead_letter_counts
+SELECT count(*) AS total, count(*) - count(redriven_at) AS waiting FROM wf_dead_letters;

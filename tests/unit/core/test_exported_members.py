@@ -27,6 +27,7 @@ def test_all_is_sorted_and_complete() -> None:
         "stores",
         "workflow",
         "cli",
+        "dashboard",
         "dag",
         "testing",
         "waits",

@@ -51,7 +51,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
 }
 STORES = "stores"  # beside the stack: may use definition, core and port only
 SURFACE = ("", "dag")  # the facades: the package and the DAG package re-export
-SURFACE_PACKAGES = ("cli", "testing")  # the CLI and the testing helpers use everything
+SURFACE_PACKAGES = ("cli", "testing", "dashboard")  # the CLI, testing helpers, dashboard
 OUTSIDE = ("adapters", "reconcilers")  # installed under the package, checked elsewhere
 
 CORE_MAY_NOT_IMPORT = {"time", "random", "os", "socket", "threading", "uuid", "datetime", "asyncio"}

@@ -1,0 +1,31 @@
+"""``statemachine-wf dashboard``: the web dashboard (:mod:`statemachine_wf.dashboard`)
+over the store of ``--db``, served by uvicorn on 127.0.0.1 unless ``--host`` says
+otherwise; read-only unless given an operator token (``--operator-token`` or
+``SWF_OPERATOR_TOKEN``, read by :class:`~statemachine_wf.config.Config`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..store import Store
+from ..workflow import Workflow
+
+
+def dashboard(
+    store: Store, workflows: list[type[Workflow[Any, Any]]], args: argparse.Namespace
+) -> None:
+    try:
+        import uvicorn
+
+        from ..dashboard.app import create_app
+    except ImportError as exc:  # the extra is not installed
+        raise ValueError(
+            "the dashboard needs the 'dashboard' extra: "
+            f"pip install 'statemachine_wf[dashboard]' ({exc})"
+        ) from exc
+    app = create_app(store, operator_token=args.operator_token, workflows=workflows)
+    mode = "operator actions enabled" if args.operator_token else "read-only"
+    print(f"dashboard on http://{args.host}:{args.port}/ ({mode})", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -1,0 +1,47 @@
+"""The store reads the dashboard needs beyond the :class:`~statemachine_wf.Store` port.
+
+Both shipped stores implement them (``stores/_base.py``, with a contract test in
+``tests/contract/test_overview.py``); :func:`overview` returns the store typed as
+:class:`Overview` when it has them, else None (a store of another make: the dashboard
+then pages with ``list_instances`` and leaves the panels it cannot fill empty).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from statemachine_wf import InstanceRecord, Status, Store
+
+
+@runtime_checkable
+class Overview(Protocol):
+    """Reads for operators: a keyset page of instances, and the counts behind the panels."""
+
+    def page_instances(
+        self,
+        *,
+        status: Sequence[Status] | None = None,
+        type_prefix: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        ident: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        include_deleted: bool = False,
+    ) -> list[InstanceRecord]: ...
+
+    def status_counts(self) -> dict[str, int]: ...
+
+    def queue_depth(self) -> list[dict[str, Any]]: ...
+
+    def workers(self) -> list[dict[str, Any]]: ...
+
+    def throughput(self, *, since: float, bucket: float) -> list[tuple[float, str, int]]: ...
+
+    def dead_letter_counts(self) -> dict[str, int]: ...
+
+
+def overview(store: Store) -> Overview | None:
+    """``store`` as an :class:`Overview`, or None when it lacks those reads."""
+    return store if isinstance(store, Overview) else None

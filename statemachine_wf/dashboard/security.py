@@ -1,0 +1,89 @@
+"""Who may change things: the operator token, its session cookie and the CSRF check.
+
+The dashboard is read-only unless it was started with an operator token. An operator
+signs in once (``POST /login`` with the token); the browser then holds
+
+* ``swf_operator``: an HMAC of the token (never the token itself), ``HttpOnly`` and
+  ``SameSite=Strict``: a page of another site can neither read it nor make the browser
+  send it with a cross-site request;
+* ``swf_csrf``: a random value set on the first page view, ``SameSite=Strict`` too.
+
+Every state-changing request is a POST that must carry the CSRF value twice: in the
+cookie and in the form field ``csrf`` (the double-submit pattern: another origin cannot
+read the cookie to copy it into its form). Both checks stand on their own, so an old
+browser that ignores SameSite is still refused by the double submit. A script instead
+sends the token itself in the ``X-Operator-Token`` header (no cookie, so no CSRF risk).
+Comparisons are constant-time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from starlette.requests import Request
+
+OPERATOR_COOKIE = "swf_operator"
+CSRF_COOKIE = "swf_csrf"
+TOKEN_HEADER = "x-operator-token"
+
+
+class Guard:
+    """The operator token (None: read-only) and the checks made with it."""
+
+    def __init__(self, operator_token: str | None) -> None:
+        self.token = operator_token or None
+
+    @property
+    def writable(self) -> bool:
+        return self.token is not None
+
+    def session_value(self) -> str:
+        """The operator cookie's value: an HMAC of the token, useless without it."""
+        if self.token is None:
+            raise PermissionError("the dashboard is read-only")
+        return hmac.new(self.token.encode(), b"swf-dashboard-operator", hashlib.sha256).hexdigest()
+
+    def token_matches(self, given: str | None) -> bool:
+        return (
+            self.token is not None
+            and given is not None
+            and hmac.compare_digest(given.encode(), self.token.encode())
+        )
+
+    def is_operator(self, request: Request) -> bool:
+        """Signed in (the session cookie) or a script sending the token header."""
+        if self.token is None:
+            return False
+        if self.token_matches(request.headers.get(TOKEN_HEADER)):
+            return True
+        cookie = request.cookies.get(OPERATOR_COOKIE)
+        return cookie is not None and hmac.compare_digest(cookie, self.session_value())
+
+    @staticmethod
+    def csrf_value(request: Request) -> str:
+        """The browser's CSRF value, or a fresh one (set as a cookie by the response)."""
+        return request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)
+
+    @staticmethod
+    def csrf_ok(request: Request, form_value: object) -> bool:
+        cookie = request.cookies.get(CSRF_COOKIE)
+        return (
+            isinstance(form_value, str)
+            and cookie is not None
+            and len(cookie) >= 16
+            and hmac.compare_digest(cookie.encode(), form_value.encode())
+        )
+
+    def may_change(self, request: Request, form_value: object) -> str | None:
+        """None when this POST may change something, else why not."""
+        if self.token is None:
+            return "the dashboard is read-only (start it with an operator token)"
+        if self.token_matches(request.headers.get(TOKEN_HEADER)):
+            return None  # a script: no cookie is involved
+        if not self.is_operator(request):
+            return "sign in with the operator token first"
+        if not self.csrf_ok(request, form_value):
+            return "the CSRF check failed (reload the page and try again)"
+        return None
