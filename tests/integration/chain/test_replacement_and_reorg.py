@@ -105,7 +105,11 @@ def test_a_fee_bump_under_a_raised_base_fee_one_hash_mines_and_is_followed(
     with env.background(chaoschain=quick_bump):
         wait_for(lambda: env.status(w) == Status.COMPLETED, timeout=20, what="completion")
     _one_hash_mined(env, w, sent, mined)
-    assert env.transitions(w) == [  # followed where it was mined: never submitted again
+    # Followed where it was mined, never submitted again. The last move is the await
+    # step's or the start-up reconcile's (the first runner may have stopped mid-step,
+    # leaving it in doubt): either way it is the same move.
+    moves = [t.removeprefix("reconcile:") for t in env.transitions(w)]
+    assert moves == [
         "UPLOAD_EVIDENCE->SUBMIT_ONCHAIN",
         "SUBMIT_ONCHAIN->AWAIT_TX_CONFIRM",
         "AWAIT_TX_CONFIRM->COMPLETED",
