@@ -162,7 +162,7 @@ def drop_store(spec: dict[str, Any]) -> None:
 
 def precreate(spec: dict[str, Any], n: int) -> float:
     """Start ``n`` instances with Client.start, sequentially; returns the seconds taken."""
-    from statemachine_wf.client import Client
+    from statemachine_wf.client.machine import Client
 
     from .workload import ThreeSteps
 
@@ -381,8 +381,8 @@ def run_group(
 
 # -- statemachine_wf runners ------------------------------------------------------------
 def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
-    from statemachine_wf.client import Client
-    from statemachine_wf.runner import Runner, RunnerOptions
+    from statemachine_wf.client.machine import Client
+    from statemachine_wf.runtime.runner import Runner, RunnerOptions
 
     from .workload import ThreeSteps
 
@@ -681,7 +681,7 @@ def run_dbos(s: Settings, store: str) -> Result:
 
 # -- start -> first step latency ---------------------------------------------------------
 def latency_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
-    from statemachine_wf.runner import Runner, RunnerOptions
+    from statemachine_wf.runtime.runner import Runner, RunnerOptions
 
     from . import workload
 
@@ -709,7 +709,7 @@ def _latency_child_entry(
 
 
 def run_latency(s: Settings, store: str) -> Result:
-    from statemachine_wf.client import Client
+    from statemachine_wf.client.machine import Client
 
     from .workload import ThreeSteps
 

@@ -131,7 +131,7 @@ class Row:
 
 # -- the DAG runs --------------------------------------------------------------------------
 def dag_runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
-    from statemachine_wf.runner import Runner, RunnerOptions
+    from statemachine_wf.runtime.runner import Runner, RunnerOptions
 
     spec = dict(spec, app=f"swfbench-{os.getpid()}")
     store = core.open_store(spec)

@@ -27,8 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from statemachine_wf.context import StepContext
-from statemachine_wf.workflow import COMPLETED, Workflow, step
+from statemachine_wf.definition.workflow import COMPLETED, Workflow, step
+from statemachine_wf.runtime.context import StepContext
 
 from .core import pg_dsn
 
@@ -167,7 +167,7 @@ def raw_batch(conn: Any, ids: list[str], inputs: list[dict[str, Any]]) -> None:
 
 
 def enqueue_swf_single(s: Settings, schema: str) -> Row:
-    from statemachine_wf.client import Client
+    from statemachine_wf.client.machine import Client
 
     store = _store(s.dsn, schema)
     client = Client(store)
@@ -215,7 +215,7 @@ def enqueue_raw_single(s: Settings, schema: str) -> Row:
 
 
 def enqueue_swf_batched(s: Settings, schema: str) -> Row:
-    from statemachine_wf.client import Client
+    from statemachine_wf.client.machine import Client
 
     store = _store(s.dsn, schema)
     client = Client(store)
@@ -314,7 +314,7 @@ def load_inbox(s: Settings, schema: str, log: Callable[[str], None]) -> None:
 def drain(s: Settings, schema: str, label: str) -> Row:
     """Run one in-process runner until ``drain`` instances have completed."""
     global _done, _want
-    from statemachine_wf.runner import Runner, RunnerOptions
+    from statemachine_wf.runtime.runner import Runner, RunnerOptions
 
     store = _store(s.dsn, schema, pool=s.concurrency + 4)
     with _conn(s.dsn, schema) as conn:

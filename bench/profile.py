@@ -20,7 +20,7 @@ from . import core
 
 
 def main(args: argparse.Namespace) -> int:
-    from statemachine_wf.runner import Runner, RunnerOptions
+    from statemachine_wf.runtime.runner import Runner, RunnerOptions
 
     from . import dag
     from .workload import ThreeSteps

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from statemachine_wf.context import StepContext
-from statemachine_wf.workflow import COMPLETED, Workflow, step
+from statemachine_wf.definition.workflow import COMPLETED, Workflow, step
+from statemachine_wf.runtime.context import StepContext
 
 from .core import (
     _child,
@@ -68,7 +68,7 @@ class Settings:
 
 def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
     global REPORT
-    from statemachine_wf.runner import Runner, RunnerOptions
+    from statemachine_wf.runtime.runner import Runner, RunnerOptions
 
     REPORT = spec["report"]
     store = open_store(spec)
@@ -89,7 +89,7 @@ def _entry(spec: dict[str, Any], barrier: Any, stop: Any, results: Any, report: 
 
 
 def run_store(s: Settings, store: str) -> dict[str, Any]:
-    from statemachine_wf.client import Client
+    from statemachine_wf.client.machine import Client
 
     from .core import Settings as CoreSettings
 

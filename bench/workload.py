@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from statemachine_wf.context import StepContext
-from statemachine_wf.workflow import COMPLETED, Workflow, step
+from statemachine_wf.definition.workflow import COMPLETED, Workflow, step
+from statemachine_wf.runtime.context import StepContext
 
 # Set in a latency-run child: (instance_id, what, perf_counter()) is put here by steps a, c.
 REPORT: Any = None

@@ -43,7 +43,7 @@ from statemachine_wf import (
     reconcile,
     step,
 )
-from statemachine_wf.workflow import ErrorMap
+from statemachine_wf.definition.workflow import ErrorMap
 
 from .bank import AccountClosed, Bank, BankUnavailable
 

@@ -11,9 +11,13 @@ Write a workflow::
 Start it with :class:`Client`, run it with :class:`Runner` (or ``statemachine-wf worker``).
 """
 
-from .client import Client
-from .config import Config
-from .context import ReconcileContext, Reconciliation, StepContext
+from .client.machine import Client
+from .client.signers import SignerQueue, signer_queues
+from .core.store import InstanceRecord, Store
+from .definition.config import Config
+from .definition.events import EventRecord, Status
+from .definition.retry import RetryPolicy
+from .definition.workflow import COMPLETED, Workflow, WorkflowSpec, reconcile, step
 from .errors import (
     ConcurrencyConflict,
     DataRejected,
@@ -41,13 +45,9 @@ from .errors import (
     WaitTimeout,
     WorkflowError,
 )
-from .events import EventRecord, Status
-from .retry import RetryPolicy
-from .runner import Runner, RunnerOptions
-from .signers import SignerQueue, signer_queues
-from .store import InstanceRecord, Store
+from .runtime.context import ReconcileContext, Reconciliation, StepContext
+from .runtime.runner import Runner, RunnerOptions
 from .stores import open_store
-from .workflow import COMPLETED, Workflow, WorkflowSpec, reconcile, step
 
 __all__ = [
     "COMPLETED",

@@ -34,7 +34,7 @@ from statemachine_wf.adapters.arweave.transaction import (
     is_tx_id,
 )
 from statemachine_wf.adapters.arweave.wallet import ArweaveWallet
-from statemachine_wf.redact import install_log_redaction, redact_text, redact_url
+from statemachine_wf.definition.redact import install_log_redaction, redact_text, redact_url
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "ArStatus", "ArweaveClient", "StatusKind", "UploadResult"]
 

@@ -35,8 +35,8 @@ from web3.contract import Contract
 from web3.exceptions import TransactionNotFound
 from web3.types import BlockIdentifier, TxParams
 
+from statemachine_wf.definition.redact import install_log_redaction, redact_url
 from statemachine_wf.errors import InputError
-from statemachine_wf.redact import install_log_redaction, redact_url
 
 from .errors import (
     AlreadyKnown,

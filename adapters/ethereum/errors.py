@@ -36,8 +36,8 @@ from typing import Any, ClassVar
 from eth_abi.abi import decode as abi_decode
 from web3 import exceptions as w3exc
 
+from statemachine_wf.definition.redact import redact_text
 from statemachine_wf.errors import WorkflowError
-from statemachine_wf.redact import redact_text
 
 __all__ = [
     "AlreadyKnown",
@@ -277,7 +277,7 @@ def classify(exc: BaseException, url: str | None = None) -> ChainError:
         exc: The exception raised by web3, eth-tester, py-evm or the HTTP transport.
         url: The node's endpoint, if known: its credentials (userinfo, path, query) are
             removed from the message, as is every URL in it (see
-            :func:`statemachine_wf.redact.redact_text`).
+            :func:`statemachine_wf.definition.redact.redact_text`).
 
     Returns:
         The matching domain error (a new instance; raise it ``from exc``, or, for

@@ -73,8 +73,8 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict
 
-from statemachine_wf.context import StepContext
 from statemachine_wf.errors import Snooze, Stall
+from statemachine_wf.runtime.context import StepContext
 
 from .client import ConfirmationRule, EthereumClient
 from .errors import AlreadyKnown, FeeCapTooLow, NonceTooLow

@@ -62,7 +62,7 @@ from statemachine_wf.adapters.ethereum import (
 )
 from statemachine_wf.adapters.ethereum.devnode import ANVIL_DEV_PRIVATE_KEYS
 from statemachine_wf.adapters.ethereum.txqueue import DEFAULT_CONFIRMATIONS
-from statemachine_wf.store import Store
+from statemachine_wf.core.store import Store
 
 from .workflows import ChaosChainSettings, CloseEpoch, ScoreSubmission, WorkSubmission, data_hash_of
 

@@ -27,11 +27,11 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from ..client import Client
-from ..config import Config
+from ..client.machine import Client
+from ..definition.config import Config
+from ..definition.events import Status
+from ..definition.redact import redact_url
 from ..errors import WorkflowError
-from ..events import Status
-from ..redact import redact_url
 from . import dashboard, inbox, instances, operating, signers
 from .formatting import _event_dict as _event_dict
 from .formatting import _json_arg as _json_arg

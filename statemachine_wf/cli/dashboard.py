@@ -1,7 +1,7 @@
 """``statemachine-wf dashboard``: the web dashboard (:mod:`statemachine_wf.dashboard`)
 over the store of ``--db``, served by uvicorn on 127.0.0.1 unless ``--host`` says
 otherwise; read-only unless given an operator token (``--operator-token`` or
-``SWF_OPERATOR_TOKEN``, read by :class:`~statemachine_wf.config.Config`)."""
+``SWF_OPERATOR_TOKEN``, read by :class:`~statemachine_wf.definition.config.Config`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import argparse
 import sys
 from typing import Any
 
-from ..store import Store
-from ..workflow import Workflow
+from ..core.store import Store
+from ..definition.workflow import Workflow
 
 
 def dashboard(

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from ..limits import MAX_JSON_DEPTH, nests_deeper
+from ..definition.limits import MAX_JSON_DEPTH, nests_deeper
 
 
 def _when(ts: float) -> str:
@@ -18,11 +18,11 @@ def _when(ts: float) -> str:
 def _json_arg(flag: str, text: str) -> Any:
     """``text`` decoded as JSON, or a ValueError naming ``flag`` and the problem.
 
-    JSON nested deeper than the library takes (:data:`~statemachine_wf.limits.MAX_JSON_DEPTH`)
-    is refused before it is decoded: Python's decoder recurses, so it raises a
-    RecursionError near the recursion limit, or with the limit raised (``py_ecc``, which
-    the chain workflows import, sets 100,000) overflows the C stack and crashes. An
-    integer of more digits than Python converts is refused by name too.
+    JSON nested deeper than the library takes
+    (:data:`~statemachine_wf.definition.limits.MAX_JSON_DEPTH`) is refused before it is decoded:
+    Python's decoder recurses, so it raises a RecursionError near the recursion limit, or with the
+    limit raised (``py_ecc``, which the chain workflows import, sets 100,000) overflows the C stack
+    and crashes. An integer of more digits than Python converts is refused by name too.
     """
     if nests_deeper(text, MAX_JSON_DEPTH):
         raise ValueError(

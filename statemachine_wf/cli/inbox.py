@@ -7,8 +7,8 @@ import argparse
 import json
 from typing import Any
 
-from ..client import Client
-from ..store import Store
+from ..client.machine import Client
+from ..core.store import Store
 from .formatting import _json_arg, _when
 
 

@@ -1,7 +1,7 @@
 """The commands on instances: ``start``, ``status``, ``history``, ``graph``, ``list``,
 ``cancel``/``resume``/``retry``, ``verify``, ``rebuild``, ``delete`` and ``purge``.
 
-Each takes the parsed arguments and the :class:`~statemachine_wf.client.Client` (and the
+Each takes the parsed arguments and the :class:`~statemachine_wf.client.machine.Client` (and the
 store where it reads one directly), prints its result, and raises a ``ValueError`` or a
 :class:`~statemachine_wf.errors.WorkflowError` that ``main`` turns into exit code 2.
 """
@@ -13,12 +13,12 @@ import json
 import sys
 from datetime import datetime
 
-from ..audit import lifecycle
-from ..client import Client
+from ..client.inbox import parse_duration
+from ..client.machine import Client
+from ..core.audit import lifecycle
+from ..core.store import KIND_NAMES, Store, TypeKind
+from ..definition.events import Status
 from ..errors import UnknownWorkflowType
-from ..events import Status
-from ..inbox import parse_duration
-from ..store import KIND_NAMES, Store, TypeKind
 from .formatting import _event_dict, _json_arg, _record_dict, _when
 
 

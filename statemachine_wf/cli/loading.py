@@ -16,13 +16,13 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..config import Config
-from ..store import Store
+from ..core.store import Store
+from ..definition.config import Config
+from ..definition.workflow import Workflow
 from ..stores import open_store
-from ..workflow import Workflow
 
 if TYPE_CHECKING:
-    from ..dag.handlers import Registry
+    from ..runtime.dag_handlers import Registry
 
 
 def load_workflows(modules: Sequence[str]) -> list[type[Workflow[Any, Any]]]:
@@ -113,7 +113,7 @@ def _dag_registry(spec: str | None) -> Registry | None:
     """The ``dag.Registry`` instance named ``MODULE:ATTR``."""
     if not spec:
         return None
-    from ..dag.handlers import Registry  # only a DAG worker needs the DAG package
+    from ..runtime.dag_handlers import Registry  # only a DAG worker needs the DAG package
 
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:

@@ -1,6 +1,6 @@
 """The commands that operate the runtime rather than one instance: ``migrate`` (the
 schema, and the hosted types declared for SQL producers) and ``worker`` (a
-:class:`~statemachine_wf.runner.Runner` over the hosted workflows and DAG registry)."""
+:class:`~statemachine_wf.runtime.runner.Runner` over the hosted workflows and DAG registry)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import argparse
 import dataclasses
 from typing import Any
 
-from ..runner import Runner, RunnerOptions
-from ..store import Store
-from ..workflow import Workflow
+from ..core.store import Store
+from ..definition.workflow import Workflow
+from ..runtime.runner import Runner, RunnerOptions
 from .loading import _dag_registry, _dependencies
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..client import Client
+from ..client.machine import Client
 from .formatting import _when
 
 

@@ -8,23 +8,23 @@ Define a graph (:class:`DagDefinition`, from JSON with :func:`load` or in Python
 
 from typing import TYPE_CHECKING
 
-from .definition import DEFAULT_DAG_TYPE, DagDefinition, Edge, Node, NodeRetry
-from .handlers import NodeContext, NodeResult, Registry, node_context
-from .interpret import DagDecision
-from .models import DagBuilder, Graph, check, load
-from .templates import TemplateError, resolve
+from ..core.dag_interpret import DagDecision
+from ..definition.dag_definition import DEFAULT_DAG_TYPE, DagDefinition, Edge, Node, NodeRetry
+from ..definition.dag_models import DagBuilder, Graph, check, load
+from ..definition.dag_templates import TemplateError, resolve
+from ..runtime.dag_handlers import NodeContext, NodeResult, Registry, node_context
 
 if TYPE_CHECKING:
-    from .client import DagClient
+    from ..client.dag import DagClient
 
 
 def __getattr__(name: str) -> object:
     # DagClient is a layer above the rest of this package: it operates through
-    # ``statemachine_wf.operations``, which builds on the pure ``interpret``. Importing
+    # ``statemachine_wf.runtime.operations``, which builds on the pure ``interpret``. Importing
     # it eagerly here would make every import of the DAG core load the client layer
     # (and loop back into ``operations`` half-initialised), so it loads on first use.
     if name == "DagClient":
-        from .client import DagClient
+        from ..client.dag import DagClient
 
         return DagClient
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Pages: ``/`` (counts, queue depth, throughput), ``/instances`` (filters, keyset paging),
 ``/instances/{id}`` (state or DAG graph, history, progress, errors, actions),
-``/instances/{id}/stream`` (server-sent events from :func:`statemachine_wf.live.watch`),
+``/instances/{id}/stream`` (server-sent events from :func:`statemachine_wf.client.live.watch`),
 ``/dead-letters`` (with redrive), ``/workers``, ``/metrics`` (Prometheus). Store calls
 are blocking and run in the thread pool. See :mod:`.security` for who may POST.
 """
@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from statemachine_wf import Client, InstanceRecord, Status, Store, Workflow, WorkflowError
-from statemachine_wf.live import watch
+from statemachine_wf.client.live import watch
 
 from . import graphs, metrics
 from .reads import overview

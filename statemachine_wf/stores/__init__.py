@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import DEFAULT_URL, Config
-from ..redact import install_log_redaction, redact_text, redact_url
-from ..store import Store
+from ..core.store import Store
+from ..definition.config import DEFAULT_URL, Config
+from ..definition.redact import install_log_redaction, redact_text, redact_url
 
 __all__ = ["DEFAULT_URL", "open_store"]
 
@@ -27,7 +27,7 @@ def open_store(url: str | None = None, *, schema: str | None = None, **options: 
         url: ``sqlite:///path.db`` or ``postgresql://user@host:port/db``; default
             ``SWF_DATABASE_URL``, else ``sqlite:///statemachine_wf.db``.
         schema: the PostgreSQL schema of the tables; default ``SWF_PG_SCHEMA``, else
-            ``public`` (read through :class:`~statemachine_wf.config.Config`, as
+            ``public`` (read through :class:`~statemachine_wf.definition.config.Config`, as
             ``statemachine-wf --schema`` is, so a producer and a CLI worker started with
             the same environment use the same tables). An explicit value wins. Only for
             PostgreSQL.
@@ -36,7 +36,7 @@ def open_store(url: str | None = None, *, schema: str | None = None, **options: 
     Raises:
         ValueError: an unsupported or malformed URL, or ``schema`` given for SQLite. The
             message shows the URL as ``scheme://host:port`` only (see
-            :func:`statemachine_wf.redact.redact_url`): a mistyped URL never echoes its
+            :func:`statemachine_wf.definition.redact.redact_url`): a mistyped URL never echoes its
             password.
     """
     url = url or Config.from_env().database_url

@@ -40,10 +40,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
-from ..errors import ConcurrencyConflict, InvalidState, StoreError, TypeKindConflict
-from ..events import EventRecord, NewEvent, Status
-from ..fold import Projection
-from ..store import (
+from ..core.fold import Projection
+from ..core.store import (
     KIND_NAMES,
     InstanceRecord,
     LockRecord,
@@ -52,7 +50,9 @@ from ..store import (
     TypeKind,
     like_prefix,
 )
-from ..waits import NewSignal, SignalRecord
+from ..core.waits import NewSignal, SignalRecord
+from ..definition.events import EventRecord, NewEvent, Status
+from ..errors import ConcurrencyConflict, InvalidState, StoreError, TypeKindConflict
 from ._common import (
     event_record,
     incarnation_prefix,
@@ -71,7 +71,7 @@ read by column name."""
 
 
 class SqlBase(ABC):
-    """The dialect-independent part of a SQL :class:`~statemachine_wf.store.Store`: the
+    """The dialect-independent part of a SQL :class:`~statemachine_wf.core.store.Store`: the
     primitives a dialect supplies, the reads and the simple writes (the decisions are in
     :mod:`._decisions`)."""
 

@@ -9,16 +9,16 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..decide import Decision, Park
+from ..core.decide import Decision, Park
+from ..core.fold import Projection
+from ..core.store import DagCommit, InstanceRecord, TaskRecord
+from ..core.waits import SignalRecord
+from ..definition.events import EventRecord, NewEvent, Status
+from ..definition.limits import MAX_STORED_DEPTH, checked_dumps, nests_deeper
 from ..errors import InputError
-from ..events import EventRecord, NewEvent, Status
-from ..fold import Projection
-from ..limits import MAX_STORED_DEPTH, checked_dumps, nests_deeper
-from ..store import DagCommit, InstanceRecord, TaskRecord
-from ..waits import SignalRecord
 
 if TYPE_CHECKING:
-    from ..dag.interpret import DagDecision
+    from ..core.dag_interpret import DagDecision
 
 Encode = Callable[[Any], Any]
 
@@ -70,7 +70,7 @@ def loads(text: str | bytes) -> Any:
 
 MAX_READ_DEPTH = MAX_STORED_DEPTH + 16
 """Deeper than this a stored value is :class:`Undecodable` even when Python could decode
-it: the deepest a store writes (:data:`~statemachine_wf.limits.MAX_STORED_DEPTH`) plus
+it: the deepest a store writes (:data:`~statemachine_wf.definition.limits.MAX_STORED_DEPTH`) plus
 what a read wraps around it (a row as JSON, an aggregate of rows)."""
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, assert_never
 
-from ..decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
+from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
+from ..core.store import Claim, Commit, DagCommit, NewDagInstance
 from ..errors import ConcurrencyConflict, StoreError
-from ..store import Claim, Commit, DagCommit, NewDagInstance
 from ._base import Row, SqlBase
 from ._common import (
     Undecodable,
@@ -32,7 +32,7 @@ from ._common import (
 
 
 class SqlStore(SqlBase):
-    """A SQL :class:`~statemachine_wf.store.Store` over a dialect's primitives."""
+    """A SQL :class:`~statemachine_wf.core.store.Store` over a dialect's primitives."""
 
     # -- Decisions: the CAS commits --------------------------------------------------------
     def _apply_plan(

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from ..definition.limits import checked_dumps, configured_max_payload_bytes
 from ..errors import (
     ConcurrencyConflict,
     DataRejected,
@@ -29,7 +30,6 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
-from ..limits import checked_dumps, configured_max_payload_bytes
 from ._common import Wakeup, loads
 from ._decisions import SqlStore
 from ._sql import migrations, queries
@@ -167,7 +167,8 @@ class _Health:
 
 def _jsonb(value: Any) -> Jsonb:
     """A jsonb parameter, checked and encoded by the check both stores share
-    (:func:`~statemachine_wf.limits.checked_dumps`): DataRejected for what no store keeps."""
+    (:func:`~statemachine_wf.definition.limits.checked_dumps`): DataRejected for what no store
+    keeps."""
     text = checked_dumps(value)
     return Jsonb(value, dumps=lambda _: text)
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
+from ..definition.limits import configured_max_payload_bytes
 from ..errors import (
     ConcurrencyConflict,
     DataRejected,
@@ -29,7 +30,6 @@ from ..errors import (
     SchemaTooNew,
     StoreError,
 )
-from ..limits import configured_max_payload_bytes
 from ._common import Wakeup, dumps
 from ._decisions import SqlStore
 from ._live import LiveHub, Subscription

@@ -14,17 +14,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ..core.store import (
+    DagSnapshot,
+    NewInstance,
+)
+from ..core.waits import NewSignal
 from ..errors import (
     InvalidState,
     NotFound,
     PayloadTooLarge,
     StoreError,
 )
-from ..store import (
-    DagSnapshot,
-    NewInstance,
-)
-from ..waits import NewSignal
 from ._common import (
     event_record,
     instance_record,
@@ -51,7 +51,7 @@ def _sizes(message: str) -> tuple[int, int]:
 
 
 class PostgresStore(PgConnections):
-    """A :class:`~statemachine_wf.store.Store` on PostgreSQL (its connections, the pool and
+    """A :class:`~statemachine_wf.core.store.Store` on PostgreSQL (its connections, the pool and
     LISTEN, are :class:`~statemachine_wf.stores._pgconn.PgConnections`)."""
 
     dialect = "postgres"

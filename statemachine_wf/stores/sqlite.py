@@ -14,18 +14,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.store import (
+    DagSnapshot,
+    NewInstance,
+)
+from ..core.waits import NewSignal
+from ..definition.limits import DEFAULT_MAX_PAYLOAD_BYTES
 from ..errors import (
     InvalidState,
     NotFound,
     PayloadTooLarge,
     StoreError,
 )
-from ..limits import DEFAULT_MAX_PAYLOAD_BYTES
-from ..store import (
-    DagSnapshot,
-    NewInstance,
-)
-from ..waits import NewSignal
 from ._common import (
     dumps,
     key_clash,
@@ -34,7 +34,7 @@ from ._sqliteconn import Q, SQLiteConnections, wrap_errors
 
 
 class SQLiteStore(SQLiteConnections):
-    """A :class:`~statemachine_wf.store.Store` on one SQLite file (its connections are
+    """A :class:`~statemachine_wf.core.store.Store` on one SQLite file (its connections are
     :class:`~statemachine_wf.stores._sqliteconn.SQLiteConnections`)."""
 
     dialect = "sqlite"

@@ -36,11 +36,11 @@ from hypothesis.stateful import (
 )
 from pydantic import BaseModel
 
+from ..core.store import InstanceRecord, Store
+from ..definition.events import ONCE_PER_ATTEMPT, Ev, EventRecord, Status
+from ..definition.workflow import Workflow, WorkflowSpec
 from ..errors import Retry, Stall
-from ..events import ONCE_PER_ATTEMPT, Ev, EventRecord, Status
-from ..store import InstanceRecord, Store
 from ..stores.sqlite import SQLiteStore
-from ..workflow import Workflow, WorkflowSpec
 from .stepper import BOUNDARIES, Boundary, Stepper, replay_refused
 from .strategies import Outcome, Proceed, Raise, Return, from_model, outcomes
 

@@ -1,10 +1,10 @@
 """A single-threaded stepper: the runner's real pieces, one claim / one step / one commit.
 
-The :class:`Stepper` drives one instance the way a :class:`~statemachine_wf.runner.Runner`
+The :class:`Stepper` drives one instance the way a :class:`~statemachine_wf.runtime.runner.Runner`
 worker thread does — the store's claims and the public
-:class:`~statemachine_wf.driver.MachineDriver`: ``begin`` (in-doubt handling and reconcile
+:class:`~statemachine_wf.runtime.driver.MachineDriver`: ``begin`` (in-doubt handling and reconcile
 hook), ``run_step`` (the action through the same ``StepContext``) and ``commit``
-(version-checked decisions from :mod:`statemachine_wf.decide`) — but one tick at a time,
+(version-checked decisions from :mod:`statemachine_wf.core.decide`) — but one tick at a time,
 in the calling thread, so a test decides what happens between two writes.
 
 A *crash* is a :class:`Crash` raised at a write boundary of the store: everything the
@@ -27,15 +27,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ..client import Client
-from ..context import ReconcileContext, StepContext
-from ..decide import Decision
-from ..driver import Drive
+from ..client.machine import Client
+from ..core.decide import Decision
+from ..core.store import Claim, Commit, InstanceRecord, Store
+from ..definition.events import Ev, Status
+from ..definition.workflow import Workflow
 from ..errors import ConcurrencyConflict
-from ..events import Ev, Status
-from ..runner import Runner, RunnerOptions
-from ..store import Claim, Commit, InstanceRecord, Store
-from ..workflow import Workflow
+from ..runtime.context import ReconcileContext, StepContext
+from ..runtime.driver import Drive
+from ..runtime.runner import Runner, RunnerOptions
 from .strategies import Outcome, Proceed, Raise, Return
 
 Boundary = Literal[
@@ -171,7 +171,7 @@ class FaultyStore:
 
     def _remember_claim(self, before: InstanceRecord | None, claims: list[Claim]) -> None:
         # A fast-start claim commits decide.start(); keep that decision for replays.
-        from .. import decide
+        from ..core import decide
 
         for claim in claims:
             if claim.started and before is not None and claim.instance.id == before.id:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from statemachine_wf.context import ReconcileContext, StepContext
+from statemachine_wf.runtime.context import ReconcileContext, StepContext
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## The step and reconcile API"

@@ -6,8 +6,8 @@ everything here goes through the port (``Store``) and the pure core (``decide``)
 
 from __future__ import annotations
 
-from statemachine_wf import decide
-from statemachine_wf.store import Claim, Commit, Store
+from statemachine_wf.core import decide
+from statemachine_wf.core.store import Claim, Commit, Store
 from tests.integration.core.test_store_contract import new
 
 TYPE = "c.thing.v1"

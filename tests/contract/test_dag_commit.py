@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from statemachine_wf import Status
-from statemachine_wf.dag.interpret import DagDecision, NodeTask, TaskRetry
-from statemachine_wf.store import DagCommit, Store
+from statemachine_wf.core.dag_interpret import DagDecision, NodeTask, TaskRetry
+from statemachine_wf.core.store import DagCommit, Store
 
 from .test_dag_runs import DAG_TYPE, claim_node, start
 

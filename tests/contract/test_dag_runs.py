@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from statemachine_wf import ConcurrencyConflict, InvalidState, Status
-from statemachine_wf.dag import DagDefinition, interpret
-from statemachine_wf.dag.models import check
-from statemachine_wf.events import Ev, NewEvent
-from statemachine_wf.store import Claim, DagCommit, NewDagInstance, NewInstance, Store
+from statemachine_wf.core import dag_interpret as interpret
+from statemachine_wf.core.store import Claim, DagCommit, NewDagInstance, NewInstance, Store
+from statemachine_wf.dag import DagDefinition
+from statemachine_wf.definition.dag_models import check
+from statemachine_wf.definition.events import Ev, NewEvent
 from tests.integration.dag.helpers import linear
 
 DEFINITION = linear(1)  # s -> n0 -> e

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from statemachine_wf import ConcurrencyConflict, Retry, Status, TypeKindConflict, decide
-from statemachine_wf.events import Ev
-from statemachine_wf.store import Commit, Store
+from statemachine_wf import ConcurrencyConflict, Retry, Status, TypeKindConflict
+from statemachine_wf.core import decide
+from statemachine_wf.core.store import Commit, Store
+from statemachine_wf.definition.events import Ev
 from tests.unit.core.workflows import ThreeSteps
 
 from .helpers import started

@@ -7,10 +7,11 @@ import uuid
 
 import pytest
 
-from statemachine_wf import ConcurrencyConflict, InputError, Retry, Status, decide
-from statemachine_wf.events import Ev
-from statemachine_wf.fold import fold
-from statemachine_wf.store import Commit, NewInstance, Store
+from statemachine_wf import ConcurrencyConflict, InputError, Retry, Status
+from statemachine_wf.core import decide
+from statemachine_wf.core.fold import fold
+from statemachine_wf.core.store import Commit, NewInstance, Store
+from statemachine_wf.definition.events import Ev
 from tests.integration.core.test_store_contract import new
 from tests.unit.core.workflows import ThreeSteps
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from statemachine_wf.store import Store
+from statemachine_wf.core.store import Store
 from tests.integration.core.test_store_contract import new
 
 

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from statemachine_wf import decide
-from statemachine_wf.events import Ev
-from statemachine_wf.store import Commit, Store
+from statemachine_wf.core import decide
+from statemachine_wf.core.store import Commit, Store
+from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores import open_store
 
 from .helpers import started

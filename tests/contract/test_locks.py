@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from statemachine_wf import decide
-from statemachine_wf.store import Commit, Store
+from statemachine_wf.core import decide
+from statemachine_wf.core.store import Commit, Store
 from tests.integration.core.test_store_contract import new
 
 from .helpers import TYPE, cancelled, started

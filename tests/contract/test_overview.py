@@ -7,8 +7,8 @@ import time
 import uuid
 
 from statemachine_wf import Status
+from statemachine_wf.core.store import Store
 from statemachine_wf.dashboard.reads import Overview, overview
-from statemachine_wf.store import Store
 from tests.integration.core.test_store_contract import new
 
 from .helpers import TYPE, cancelled, claim_one

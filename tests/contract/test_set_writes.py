@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 import uuid
 
-from statemachine_wf.events import Ev, Status
-from statemachine_wf.store import RESOLVE_ON_CLAIM, NewInstance, Store
+from statemachine_wf.core.store import RESOLVE_ON_CLAIM, NewInstance, Store
+from statemachine_wf.definition.events import Ev, Status
 from tests.integration.core.test_store_contract import new
 
 from .helpers import TYPE, cancelled, claim_one

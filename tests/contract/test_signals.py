@@ -11,11 +11,11 @@ import uuid
 import pytest
 
 from statemachine_wf import ConcurrencyConflict, InvalidState, NotFound, Status
+from statemachine_wf.core.fold import fold
+from statemachine_wf.core.store import Claim, Commit, Store
+from statemachine_wf.core.waits import NewSignal, SignalRecord, deliver, park
+from statemachine_wf.definition.events import Ev
 from statemachine_wf.errors import Parked
-from statemachine_wf.events import Ev
-from statemachine_wf.fold import fold
-from statemachine_wf.store import Claim, Commit, Store
-from statemachine_wf.waits import NewSignal, SignalRecord, deliver, park
 from tests.integration.core.test_store_contract import new
 from tests.integration.signals.workflows import Approval
 

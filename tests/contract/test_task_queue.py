@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from statemachine_wf import ConcurrencyConflict, Status, decide
-from statemachine_wf.events import Ev
-from statemachine_wf.store import Commit, Store
+from statemachine_wf import ConcurrencyConflict, Status
+from statemachine_wf.core import decide
+from statemachine_wf.core.store import Commit, Store
+from statemachine_wf.definition.events import Ev
 from tests.integration.core.test_store_contract import new
 
 from .helpers import TYPE, cancelled, claim_one, started

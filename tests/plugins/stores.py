@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from statemachine_wf.store import Store
+from statemachine_wf.core.store import Store
 from statemachine_wf.stores.sqlite import SQLiteStore
 
 PG_DSN = os.environ.get("SWF_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")

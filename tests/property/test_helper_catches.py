@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from pydantic import BaseModel
 
-from statemachine_wf.context import StepContext
-from statemachine_wf.decide import Decision
-from statemachine_wf.events import Ev, NewEvent
-from statemachine_wf.store import Commit, Store
+from statemachine_wf.core.decide import Decision
+from statemachine_wf.core.store import Commit, Store
+from statemachine_wf.definition.events import Ev, NewEvent
+from statemachine_wf.definition.workflow import COMPLETED, Workflow, step
+from statemachine_wf.runtime.context import StepContext
 from statemachine_wf.testing import InvariantViolation, check_workflow, sqlite_store
-from statemachine_wf.workflow import COMPLETED, Workflow, step
 
 from .workflows import Order, charged_once, order_world
 

@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from statemachine_wf.definition.events import Ev, Status
 from statemachine_wf.errors import Fail, Retry
-from statemachine_wf.events import Ev, Status
 from statemachine_wf.testing import (
     Ghost,
     Outcome,

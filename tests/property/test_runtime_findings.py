@@ -10,9 +10,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, settings
 from pydantic import BaseModel
 
+from statemachine_wf.definition.events import Ev, Status
+from statemachine_wf.definition.retry import RetryPolicy
+from statemachine_wf.definition.workflow import COMPLETED, Workflow, step
 from statemachine_wf.errors import Retry
-from statemachine_wf.events import Ev, Status
-from statemachine_wf.retry import RetryPolicy
 from statemachine_wf.testing import (
     Proceed,
     Raise,
@@ -21,7 +22,6 @@ from statemachine_wf.testing import (
     outcomes,
     sqlite_store,
 )
-from statemachine_wf.workflow import COMPLETED, Workflow, step
 
 from .workflows import Transfer, TransferInput, transfer_world
 

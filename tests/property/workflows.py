@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from statemachine_wf.context import ReconcileContext, Reconciliation, StepContext
+from statemachine_wf.definition.workflow import COMPLETED, Workflow, reconcile, step
 from statemachine_wf.errors import Retry
-from statemachine_wf.workflow import COMPLETED, Workflow, reconcile, step
+from statemachine_wf.runtime.context import ReconcileContext, Reconciliation, StepContext
 
 
 # -- Order --------------------------------------------------------------------------------

@@ -775,7 +775,7 @@ WITH doomed AS (
 UPDATE wf_instances i SET deleted_at = now() FROM doomed d WHERE i.id = d.id
 RETURNING i.id;
 
--- Live updates (statemachine_wf.live, migration 008). ------------------------------------
+-- Live updates (statemachine_wf.client.live, migration 008). -----------------------------
 
 -- name: live_watch
 -- Register a watcher. The instance row lock waits out any writer in flight: each one

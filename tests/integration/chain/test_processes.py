@@ -20,7 +20,7 @@ from statemachine_wf.adapters.ethereum import (
     deploy,
     start_anvil,
 )
-from statemachine_wf.store import Store
+from statemachine_wf.core.store import Store
 from statemachine_wf.stores import open_store
 
 from .conftest import Env, close_http, wait_for

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from statemachine_wf import Client, Status, Store, StoreUnavailable, operations
+from statemachine_wf import Client, Status, Store, StoreUnavailable
+from statemachine_wf.runtime import operations
 
 from ..inbox.flows import Echo
 

@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 from statemachine_wf import COMPLETED, Client, StepContext, Workflow, step
-from statemachine_wf.events import Status
-from statemachine_wf.store import Store
+from statemachine_wf.core.store import Store
+from statemachine_wf.definition.events import Status
 from statemachine_wf.stores import open_store
 from tests.plugins.stores import PG_DSN, fresh_schema
 

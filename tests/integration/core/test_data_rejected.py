@@ -25,8 +25,8 @@ from statemachine_wf import (
     Workflow,
     step,
 )
+from statemachine_wf.definition.events import Ev
 from statemachine_wf.errors import DataRejected, StoreError
-from statemachine_wf.events import Ev
 
 
 class In(BaseModel):

@@ -19,7 +19,7 @@ from statemachine_wf import (
     Workflow,
     step,
 )
-from statemachine_wf.live import Update, watch
+from statemachine_wf.client.live import Update, watch
 
 
 class In(BaseModel):

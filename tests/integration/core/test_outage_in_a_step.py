@@ -23,8 +23,8 @@ from statemachine_wf import (
     Workflow,
     step,
 )
-from statemachine_wf.events import Ev
-from statemachine_wf.store import Commit
+from statemachine_wf.core.store import Commit
+from statemachine_wf.definition.events import Ev
 
 
 class Nothing(BaseModel):

@@ -31,8 +31,8 @@ from statemachine_wf import (
     Workflow,
     step,
 )
+from statemachine_wf.definition.limits import MAX_JSON_DEPTH, value_problem
 from statemachine_wf.errors import DataRejected, SchemaTooNew
-from statemachine_wf.limits import MAX_JSON_DEPTH, value_problem
 from statemachine_wf.stores._common import Undecodable, dumps
 
 DEEP_TEXT = "[" * 3000 + "1" + "]" * 3000  # far past Python's decoder (about 1,000)
@@ -443,7 +443,7 @@ def test_the_cli_read_commands_show_undecodable_rows_instead_of_crashing(
 
 
 def test_redriving_a_dead_letter_with_a_deep_input_is_refused_by_name(store: Store) -> None:
-    from statemachine_wf.inbox import redrive
+    from statemachine_wf.client.inbox import redrive
 
     store.register_types(["t.poison.elsewhere.v1"], by="test")  # hosted by another runner
     envelope = {"type": "t.poison.elsewhere.v1", "input": {"data": nested(70)}}

@@ -25,7 +25,7 @@ from statemachine_wf import (
     reconcile,
     step,
 )
-from statemachine_wf.events import Ev
+from statemachine_wf.definition.events import Ev
 
 
 class In(BaseModel):

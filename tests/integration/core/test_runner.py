@@ -30,7 +30,7 @@ from statemachine_wf import (
     reconcile,
     step,
 )
-from statemachine_wf.workflow import ErrorMap
+from statemachine_wf.definition.workflow import ErrorMap
 
 FAST = RetryPolicy(initial_delay=0.01, max_delay=0.05, jitter=False, max_attempts=3)
 
@@ -280,8 +280,8 @@ def _crash_in_flight(
     store: Store, i: str, *, after_effect: bool, outside: dict[str, str], effects: list[str]
 ) -> None:
     """Leave `submit` in flight as a SIGKILL would: intent and saved ref, no completion."""
-    from statemachine_wf import decide
-    from statemachine_wf.store import Commit
+    from statemachine_wf.core import decide
+    from statemachine_wf.core.store import Commit
 
     [claim] = store.claim(worker="dead", types=["t.recon.v1"], lease=0.05)
     ref = f"ref-{i}"
@@ -403,7 +403,7 @@ def test_prefix_routing(store: Store) -> None:
 
 
 def test_invalid_stored_input_is_dead_lettered_and_failed(store: Store) -> None:
-    from statemachine_wf.store import NewInstance
+    from statemachine_wf.core.store import NewInstance
 
     store.create(
         NewInstance(

@@ -23,7 +23,7 @@ from statemachine_wf import (
     Workflow,
     step,
 )
-from statemachine_wf.events import Ev
+from statemachine_wf.definition.events import Ev
 
 
 class In(BaseModel):

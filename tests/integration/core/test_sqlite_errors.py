@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from statemachine_wf import COMPLETED, Client, Runner, Status, StepContext, Workflow, decide, step
-from statemachine_wf.decide import Decision
+from statemachine_wf import COMPLETED, Client, Runner, Status, StepContext, Workflow, step
+from statemachine_wf.core import decide
+from statemachine_wf.core.decide import Decision
+from statemachine_wf.core.store import Commit
+from statemachine_wf.definition.events import Ev
 from statemachine_wf.errors import StoreError
-from statemachine_wf.events import Ev
-from statemachine_wf.store import Commit
 from statemachine_wf.stores.sqlite import SQLiteStore
 
 

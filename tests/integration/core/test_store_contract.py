@@ -6,10 +6,11 @@ import uuid
 
 import pytest
 
-from statemachine_wf import ConcurrencyConflict, Status, decide
-from statemachine_wf.events import Ev
-from statemachine_wf.fold import fold
-from statemachine_wf.store import Commit, NewInstance, Store
+from statemachine_wf import ConcurrencyConflict, Status
+from statemachine_wf.core import decide
+from statemachine_wf.core.fold import fold
+from statemachine_wf.core.store import Commit, NewInstance, Store
+from statemachine_wf.definition.events import Ev
 
 
 def new(

@@ -20,9 +20,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from statemachine_wf.client import Client
-from statemachine_wf.events import Ev, Status
-from statemachine_wf.store import Store
+from statemachine_wf.client.machine import Client
+from statemachine_wf.core.store import Store
+from statemachine_wf.definition.events import Ev, Status
 
 from .workflows import KEY_FIELD, STEPS, Ledger, open_ledger
 

@@ -21,11 +21,11 @@ from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from statemachine_wf.context import ReconcileContext, Reconciliation, StepContext
+from statemachine_wf.definition.retry import RetryPolicy
+from statemachine_wf.definition.workflow import COMPLETED, Workflow, reconcile, step
 from statemachine_wf.errors import Stall
-from statemachine_wf.retry import RetryPolicy
-from statemachine_wf.runner import Runner, RunnerOptions
-from statemachine_wf.workflow import COMPLETED, Workflow, reconcile, step
+from statemachine_wf.runtime.context import ReconcileContext, Reconciliation, StepContext
+from statemachine_wf.runtime.runner import Runner, RunnerOptions
 from tests.integration.crash.workflows import Chaos, Ledger, open_ledger
 
 

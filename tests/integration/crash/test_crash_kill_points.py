@@ -20,8 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from statemachine_wf.client import Client
-from statemachine_wf.store import Store
+from statemachine_wf.client.machine import Client
+from statemachine_wf.core.store import Store
 
 from .harness import Children, Target, assert_durable, count_completed, poll_until
 from .workflows import Ledger, Ledgered

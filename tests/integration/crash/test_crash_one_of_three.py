@@ -11,8 +11,8 @@ from functools import partial
 
 import pytest
 
-from statemachine_wf.client import Client
-from statemachine_wf.events import Ev
+from statemachine_wf.client.machine import Client
+from statemachine_wf.definition.events import Ev
 
 from .harness import Children, Target, assert_durable, poll_until, sql_scalar
 from .workflows import STEPS, Ledgered

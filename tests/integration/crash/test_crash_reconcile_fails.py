@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from statemachine_wf.client import Client
-from statemachine_wf.events import Ev, Status
+from statemachine_wf.client.machine import Client
+from statemachine_wf.definition.events import Ev, Status
 
 from .harness import Children, Target, poll_until
 from .hook_worker import Paying, PayInput

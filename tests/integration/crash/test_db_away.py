@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from statemachine_wf.client import Client
+from statemachine_wf.client.machine import Client
+from statemachine_wf.definition.events import Status
 from statemachine_wf.errors import StoreUnavailable
-from statemachine_wf.events import Status
 from statemachine_wf.stores.postgres import PostgresStore
 from tests.plugins.throwaway_pg import Cluster
 

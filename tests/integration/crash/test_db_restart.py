@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from statemachine_wf.client import Client
-from statemachine_wf.events import Status
+from statemachine_wf.client.machine import Client
+from statemachine_wf.definition.events import Status
 from tests.plugins.throwaway_pg import Cluster
 
 from .harness import Children, Target, assert_durable, count_completed, poll_until

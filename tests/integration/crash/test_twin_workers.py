@@ -13,8 +13,8 @@ import signal
 
 import pytest
 
-from statemachine_wf.client import Client
-from statemachine_wf.events import Status
+from statemachine_wf.client.machine import Client
+from statemachine_wf.definition.events import Status
 
 from .harness import Children, Target, assert_durable, poll_until
 from .workflows import Ledgered

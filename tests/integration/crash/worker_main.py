@@ -33,10 +33,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from statemachine_wf.core.store import Claim, Commit
+from statemachine_wf.definition.events import Ev
 from statemachine_wf.errors import StoreError
-from statemachine_wf.events import Ev
-from statemachine_wf.runner import Runner, RunnerOptions
-from statemachine_wf.store import Claim, Commit
+from statemachine_wf.runtime.runner import Runner, RunnerOptions
 from tests.integration.crash.workflows import Chaos, Ledgered, open_ledger
 
 

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from statemachine_wf.context import StepContext
-from statemachine_wf.workflow import COMPLETED, Workflow, step
+from statemachine_wf.definition.workflow import COMPLETED, Workflow, step
+from statemachine_wf.runtime.context import StepContext
 
 STEPS = ("first", "second", "third")
 KEY_FIELD = {"first": "key_first", "second": "key_second", "third": "key_third"}

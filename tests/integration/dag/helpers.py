@@ -28,7 +28,7 @@ from statemachine_wf import (
     step,
 )
 from statemachine_wf.dag import DagBuilder, DagDefinition, Registry, node_context
-from statemachine_wf.dag.models import NodeRetry
+from statemachine_wf.definition.dag_models import NodeRetry
 
 registry = Registry()
 calls: Counter[str] = Counter()

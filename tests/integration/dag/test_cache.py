@@ -12,12 +12,12 @@ from collections import Counter
 from typing import Any
 
 from statemachine_wf import Runner, RunnerOptions, Status, Store
+from statemachine_wf.core.dag_interpret import LogView
+from statemachine_wf.core.store import DagCommit
 from statemachine_wf.dag import DagClient
-from statemachine_wf.dag.executor import DagExecutor
-from statemachine_wf.dag.handlers import NodeResult
-from statemachine_wf.dag.interpret import LogView
-from statemachine_wf.events import Ev, NewEvent
-from statemachine_wf.store import DagCommit
+from statemachine_wf.definition.events import Ev, NewEvent
+from statemachine_wf.runtime.dag_executor import DagExecutor
+from statemachine_wf.runtime.dag_handlers import NodeResult
 
 from . import helpers as h
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from statemachine_wf import Status, Store
+from statemachine_wf.core.dag_interpret import LogView
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition
-from statemachine_wf.dag.executor import DagExecutor
-from statemachine_wf.dag.handlers import NodeResult
-from statemachine_wf.dag.interpret import LogView
-from statemachine_wf.events import Ev, NewEvent
+from statemachine_wf.definition.events import Ev, NewEvent
+from statemachine_wf.runtime.dag_executor import DagExecutor
+from statemachine_wf.runtime.dag_handlers import NodeResult
 from statemachine_wf.stores.postgres import PostgresStore
 
 from . import helpers as h

@@ -8,8 +8,8 @@ import pytest
 
 from statemachine_wf import InvalidState, NotFound, Status, Store
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition
+from statemachine_wf.definition.events import Ev
 from statemachine_wf.errors import DefinitionError
-from statemachine_wf.events import Ev
 
 from . import helpers as h
 

@@ -18,8 +18,8 @@ from pydantic import BaseModel
 
 from statemachine_wf import COMPLETED, Runner, RunnerOptions, StepContext, Store, Workflow, step
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition
+from statemachine_wf.definition.events import Ev, Status
 from statemachine_wf.errors import DefinitionError
-from statemachine_wf.events import Ev, Status
 
 from ..core.test_poison import raw
 from ..crash.harness import poll_until

@@ -22,9 +22,9 @@ import psycopg
 import pytest
 
 from statemachine_wf import NotFound, Status, Store
+from statemachine_wf.client.live import Update, watch
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition
-from statemachine_wf.events import Ev
-from statemachine_wf.live import Update, watch
+from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores import open_store
 from statemachine_wf.stores._pglive import live_channel
 from statemachine_wf.stores.postgres import PostgresStore
@@ -371,7 +371,7 @@ def test_pg_instance_events_commit_in_seq_order(pg_store: PostgresStore, pg_dsn:
     """Every event of an instance is appended under its row lock: a result recorded while
     another transaction holds it waits (so it cannot commit a lower seq after a reader saw
     a higher one), and a claim skips that instance's tasks instead of waiting."""
-    from statemachine_wf.events import NewEvent
+    from statemachine_wf.definition.events import NewEvent
 
     dags = DagClient(pg_store)
     iid = dags.start(h.linear(1))

@@ -9,9 +9,9 @@ import pytest
 
 from statemachine_wf import Client, InvalidState, Status, Store
 from statemachine_wf.cli import main
+from statemachine_wf.core.fold import Projection
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition
-from statemachine_wf.events import Ev
-from statemachine_wf.fold import Projection
+from statemachine_wf.definition.events import Ev
 
 from . import helpers as h
 

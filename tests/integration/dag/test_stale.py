@@ -11,7 +11,7 @@ import time
 
 from statemachine_wf import Runner, Status, Store
 from statemachine_wf.dag import DagClient
-from statemachine_wf.events import Ev
+from statemachine_wf.definition.events import Ev
 
 from . import helpers as h
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from statemachine_wf import Client, Status, Store
+from statemachine_wf.core.dag_interpret import LogView
 from statemachine_wf.dag import DagClient
-from statemachine_wf.dag.executor import DagExecutor
-from statemachine_wf.dag.handlers import ChildRunning, NodeCall, handler_for
-from statemachine_wf.dag.interpret import LogView
-from statemachine_wf.events import Ev
+from statemachine_wf.definition.events import Ev
+from statemachine_wf.runtime.dag_executor import DagExecutor
+from statemachine_wf.runtime.dag_handlers import ChildRunning, NodeCall, handler_for
 from statemachine_wf.stores import open_store
 
 from . import helpers as h

@@ -10,10 +10,10 @@ import pytest
 
 from statemachine_wf import Client, Status, Store
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition
-from statemachine_wf.dag import handlers as dag_handlers
-from statemachine_wf.dag.executor import INTERNAL_ATTEMPTS
+from statemachine_wf.definition.events import Ev
 from statemachine_wf.errors import NotFound, PayloadTooLarge
-from statemachine_wf.events import Ev
+from statemachine_wf.runtime import dag_handlers
+from statemachine_wf.runtime.dag_executor import INTERNAL_ATTEMPTS
 
 from . import helpers as h
 

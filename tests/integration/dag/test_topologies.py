@@ -14,7 +14,7 @@ import pytest
 
 from statemachine_wf import Status, Store
 from statemachine_wf.dag import DagClient, DagDefinition
-from statemachine_wf.events import Ev
+from statemachine_wf.definition.events import Ev
 
 from . import helpers as h
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from statemachine_wf import Client, Runner, RunnerOptions, Status, Store
-from statemachine_wf.audit import lifecycle
 from statemachine_wf.cli import main
-from statemachine_wf.events import Ev
+from statemachine_wf.core.audit import lifecycle
+from statemachine_wf.definition.events import Ev
 
 from .flows import Broken, Echo, Slow, run_all
 

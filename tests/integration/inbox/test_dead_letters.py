@@ -24,7 +24,7 @@ from statemachine_wf import (
     step,
 )
 from statemachine_wf.cli import main
-from statemachine_wf.events import Ev
+from statemachine_wf.definition.events import Ev
 
 from .flows import Broken, Echo, run_all
 
@@ -190,8 +190,8 @@ def test_missing_step_definition_is_dead_lettered(store: Store) -> None:
     client = Client(store, [V1])
     i = client.start(V1, {"n": 1})
     claim = store.claim(worker="w", types=["inbox.changed.v1"], lease=30)[0]
-    from statemachine_wf import decide
-    from statemachine_wf.store import Commit
+    from statemachine_wf.core import decide
+    from statemachine_wf.core.store import Commit
 
     state = claim.instance.projection(in_flight=True)
     decision = decide.success(V1.spec(), state, "first", 1, "gone", {}, hold=False)

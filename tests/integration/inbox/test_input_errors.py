@@ -13,8 +13,9 @@ from datetime import datetime
 import pytest
 from pydantic import ValidationError
 
-from statemachine_wf import Client, InputError, Status, Store, UndeclaredTransition, decide
-from statemachine_wf.dag.client import DagClient
+from statemachine_wf import Client, InputError, Status, Store, UndeclaredTransition
+from statemachine_wf.client.dag import DagClient
+from statemachine_wf.core import decide
 from tests.integration.dag.helpers import linear
 from tests.unit.core.test_decide import SPEC, created
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from statemachine_wf import COMPLETED, Client, Runner, RunnerOptions, StepContext, Store
 from statemachine_wf import Workflow as _Workflow
 from statemachine_wf import step as _step
-from statemachine_wf.store import NewInstance, like_prefix, matches_prefix
+from statemachine_wf.core.store import NewInstance, like_prefix, matches_prefix
 from statemachine_wf.stores._sql import queries
 from tests.plugins.stores import PG_DSN
 

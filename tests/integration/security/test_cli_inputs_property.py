@@ -33,10 +33,10 @@ from pydantic import BaseModel
 
 from statemachine_wf import COMPLETED, Client, Status, StepContext, Store, Workflow, step
 from statemachine_wf.cli import main
-from statemachine_wf.client import MAX_PRIORITY
-from statemachine_wf.events import Ev
-from statemachine_wf.limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_JSON_DEPTH
-from statemachine_wf.workflow import SIGNAL_PATTERN
+from statemachine_wf.client.machine import MAX_PRIORITY
+from statemachine_wf.definition.events import Ev
+from statemachine_wf.definition.limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_JSON_DEPTH
+from statemachine_wf.definition.workflow import SIGNAL_PATTERN
 
 TYPE = "t.cli_inputs.v1"
 MODULE = __name__

@@ -1,7 +1,7 @@
 """Bad arguments to the Python API are InputError naming the argument, on both stores
 (issue 9 item 11); nothing is written and valid work alongside runs once.
 
-An instance id that is not a UUID is :class:`~statemachine_wf.client.InvalidId`: an
+An instance id that is not a UUID is :class:`~statemachine_wf.client.machine.InvalidId`: an
 InputError ("instance_id must be a UUID") that is also a NotFound.
 """
 
@@ -32,9 +32,9 @@ from statemachine_wf import (
     Workflow,
     step,
 )
-from statemachine_wf.client import InvalidId
-from statemachine_wf.dag.client import DagClient
-from statemachine_wf.events import Ev
+from statemachine_wf.client.dag import DagClient
+from statemachine_wf.client.machine import InvalidId
+from statemachine_wf.definition.events import Ev
 from tests.integration.dag.helpers import linear
 
 

@@ -27,11 +27,11 @@ from statemachine_wf import (
     step,
 )
 from statemachine_wf.cli import main
-from statemachine_wf.dag.client import DagClient
-from statemachine_wf.dag.handlers import Registry
+from statemachine_wf.client.dag import DagClient
+from statemachine_wf.core.store import Commit
+from statemachine_wf.definition.events import Ev
 from statemachine_wf.errors import StoreUnavailable, TypeKindConflict
-from statemachine_wf.events import Ev
-from statemachine_wf.store import Commit
+from statemachine_wf.runtime.dag_handlers import Registry
 from tests.integration.dag.helpers import linear
 
 from ..core.test_poison import raw

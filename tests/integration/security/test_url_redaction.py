@@ -35,8 +35,8 @@ from statemachine_wf.adapters.arweave.errors import GatewayUnavailable
 from statemachine_wf.adapters.ethereum import AnvilNode
 from statemachine_wf.adapters.ethereum.client import EthereumClient
 from statemachine_wf.adapters.ethereum.errors import RpcUnavailable
+from statemachine_wf.definition.workflow import ErrorMap
 from statemachine_wf.stores import open_store
-from statemachine_wf.workflow import ErrorMap
 
 SECRETS = ("PATHKEY7f3a9c", "QUERYKEY2b8d41", "PASSWD9e5c77")
 

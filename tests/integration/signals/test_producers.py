@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from statemachine_wf import Client, Status, Store
-from statemachine_wf.events import Ev
+from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores.postgres import PostgresStore
 from statemachine_wf.stores.sqlite import SQLiteStore
 from tests.integration.crash.harness import poll_until

@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 from statemachine_wf import Client, Status
-from statemachine_wf.events import Ev
+from statemachine_wf.definition.events import Ev
 from tests.integration.crash.conftest import make_target
 from tests.integration.crash.harness import Children, Target, poll_until
 

@@ -27,13 +27,13 @@ from statemachine_wf import (
     Status,
     Store,
 )
-from statemachine_wf.audit import lifecycle
+from statemachine_wf.core.audit import lifecycle
+from statemachine_wf.core.store import Commit
+from statemachine_wf.core.waits import deliver
+from statemachine_wf.definition.events import Ev
+from statemachine_wf.definition.limits import max_payload_bytes
 from statemachine_wf.errors import ConcurrencyConflict
-from statemachine_wf.events import Ev
-from statemachine_wf.limits import max_payload_bytes
-from statemachine_wf.store import Commit
 from statemachine_wf.stores import open_store
-from statemachine_wf.waits import deliver
 from tests.integration.crash.harness import poll_until
 
 from .workflows import AFTER, HOLD, RUNS, WORKFLOWS, Approval, Sleeper
@@ -363,7 +363,7 @@ def test_bad_signals_are_refused_and_nothing_is_written(
         client.signal(iid, "approved", "x" * 100)
     monkeypatch.delenv("SWF_MAX_PAYLOAD_BYTES")
     # The store refuses by itself too (the trigger), whoever calls it.
-    from statemachine_wf.waits import NewSignal
+    from statemachine_wf.core.waits import NewSignal
 
     with pytest.raises(NotFound, match=missing):
         store.signal(NewSignal(missing, "approved"))

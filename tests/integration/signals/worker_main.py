@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from statemachine_wf.runner import Runner, RunnerOptions
+from statemachine_wf.runtime.runner import Runner, RunnerOptions
 from statemachine_wf.stores import open_store
 from tests.integration.signals.workflows import WORKFLOWS
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from statemachine_wf.audit import DETAIL, LIFECYCLE, lifecycle, lifecycle_name
-from statemachine_wf.events import Ev, EventRecord
+from statemachine_wf.core.audit import DETAIL, LIFECYCLE, lifecycle, lifecycle_name
+from statemachine_wf.definition.events import Ev, EventRecord
 
 
 def _event(event_type: str, **payload: Any) -> EventRecord:

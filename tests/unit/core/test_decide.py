@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from statemachine_wf import Fail, ProgressConflict, Retry, RetryPolicy, Stall, decide
-from statemachine_wf.decide import Continue, Finish, Reschedule
-from statemachine_wf.events import Ev, EventRecord, NewEvent, Status
-from statemachine_wf.fold import Projection, apply_all, fold
-from statemachine_wf.progress import merge_progress
+from statemachine_wf import Fail, ProgressConflict, Retry, RetryPolicy, Stall
+from statemachine_wf.core import decide
+from statemachine_wf.core.decide import Continue, Finish, Reschedule
+from statemachine_wf.core.fold import Projection, apply_all, fold
+from statemachine_wf.core.progress import merge_progress
+from statemachine_wf.definition.events import Ev, EventRecord, NewEvent, Status
 
 from .workflows import CountProgress, ThreeSteps
 

@@ -40,7 +40,7 @@ def test_good_durations_pass() -> None:
 def test_sleep_and_wait_refuse_bad_durations() -> None:
     from pydantic import BaseModel
 
-    from statemachine_wf.context import StepContext
+    from statemachine_wf.runtime.context import StepContext
 
     class M(BaseModel):
         pass

@@ -6,22 +6,13 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
-from statemachine_wf import (
-    COMPLETED,
-    Fail,
-    Retry,
-    Snooze,
-    Stall,
-    StepContext,
-    Workflow,
-    decide,
-    step,
-)
-from statemachine_wf.context import ReconcileContext, Reconciliation
-from statemachine_wf.decide import Continue, Finish, Reschedule
-from statemachine_wf.events import Ev, NewEvent, Status
-from statemachine_wf.fold import Projection, apply_all
-from statemachine_wf.workflow import reconcile
+from statemachine_wf import COMPLETED, Fail, Retry, Snooze, Stall, StepContext, Workflow, step
+from statemachine_wf.core import decide
+from statemachine_wf.core.decide import Continue, Finish, Reschedule
+from statemachine_wf.core.fold import Projection, apply_all
+from statemachine_wf.definition.events import Ev, NewEvent, Status
+from statemachine_wf.definition.workflow import reconcile
+from statemachine_wf.runtime.context import ReconcileContext, Reconciliation
 
 
 class In(BaseModel):

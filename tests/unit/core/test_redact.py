@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from statemachine_wf.redact import install_log_redaction, redact_text, redact_url
+from statemachine_wf.definition.redact import install_log_redaction, redact_text, redact_url
 
 
 @pytest.mark.parametrize(

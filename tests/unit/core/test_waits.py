@@ -9,12 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from statemachine_wf import COMPLETED, Fail, StepContext, WaitTimeout, Workflow, decide, step
-from statemachine_wf.decide import Continue, Finish, Park
+from statemachine_wf import COMPLETED, Fail, StepContext, WaitTimeout, Workflow, step
+from statemachine_wf.core import decide
+from statemachine_wf.core.decide import Continue, Finish, Park
+from statemachine_wf.core.fold import Projection, apply_all
+from statemachine_wf.core.waits import SignalRecord, deliver, park, reserve
+from statemachine_wf.definition.events import Ev, NewEvent
 from statemachine_wf.errors import Parked
-from statemachine_wf.events import Ev, NewEvent
-from statemachine_wf.fold import Projection, apply_all
-from statemachine_wf.waits import SignalRecord, deliver, park, reserve
 
 LIMIT = 1000
 

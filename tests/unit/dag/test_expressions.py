@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from statemachine_wf.dag import DagBuilder, DagDefinition, Registry, check, load
-from statemachine_wf.dag import expressions as expr_mod
-from statemachine_wf.dag.handlers import InternalError, NodeCall, NodeResult, handler_for
-from statemachine_wf.dag.models import ConditionConfig
+from statemachine_wf.definition import dag_expressions as expr_mod
+from statemachine_wf.definition.dag_models import ConditionConfig
 from statemachine_wf.errors import DefinitionError, Fail
+from statemachine_wf.runtime.dag_handlers import InternalError, NodeCall, NodeResult, handler_for
 
 BRANCHES = [
     {
@@ -132,7 +132,7 @@ def test_an_internal_error_of_the_evaluator_is_internal(monkeypatch: pytest.Monk
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise SystemError("AST constructor recursion depth mismatch")
 
-    monkeypatch.setattr("statemachine_wf.dag.handlers.evaluate", broken)
+    monkeypatch.setattr("statemachine_wf.runtime.dag_handlers.evaluate", broken)
     with (
         concurrent.futures.ThreadPoolExecutor(1) as pool,
         pytest.raises(InternalError, match="SystemError"),

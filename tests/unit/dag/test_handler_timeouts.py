@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from statemachine_wf.dag.handlers import Registry, _invoke
+from statemachine_wf.runtime.dag_handlers import Registry, _invoke
 
 
 def _call(pool: concurrent.futures.Executor) -> Any:

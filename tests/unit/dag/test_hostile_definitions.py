@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from statemachine_wf import Workflow
-from statemachine_wf.config import Config
-from statemachine_wf.dag import DagBuilder, DagDefinition, Registry, check, load, models
-from statemachine_wf.dag import expressions as expr_mod
-from statemachine_wf.dag.handlers import LoopState, NodeCall, NodeResult, handler_for
+from statemachine_wf.dag import DagBuilder, DagDefinition, Registry, check, load
+from statemachine_wf.definition import dag_expressions as expr_mod
+from statemachine_wf.definition import dag_models as models
+from statemachine_wf.definition.config import Config
 from statemachine_wf.errors import DefinitionError, Fail
+from statemachine_wf.runtime.dag_handlers import LoopState, NodeCall, NodeResult, handler_for
 
 
 async def _coro(awaitable: Awaitable[NodeResult]) -> NodeResult:

@@ -20,11 +20,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from statemachine_wf.core import dag_interpret as it
+from statemachine_wf.core.dag_interpret import DagDecision, LogView
 from statemachine_wf.dag import DagDefinition, check, load
-from statemachine_wf.dag import interpret as it
-from statemachine_wf.dag.interpret import DagDecision, LogView
+from statemachine_wf.definition.events import ONCE_PER_ATTEMPT, Ev, EventRecord, NewEvent, Status
 from statemachine_wf.errors import ConcurrencyConflict, DefinitionError
-from statemachine_wf.events import ONCE_PER_ATTEMPT, Ev, EventRecord, NewEvent, Status
 
 ONCE = {*map(str, ONCE_PER_ATTEMPT), "NODE_COMPLETED", "NODE_DISPATCHED", "NODE_FAILED"}
 

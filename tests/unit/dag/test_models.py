@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from statemachine_wf.dag import DagBuilder, DagDefinition, check, load
-from statemachine_wf.dag.templates import TemplateError, resolve
+from statemachine_wf.definition.dag_templates import TemplateError, resolve
 from statemachine_wf.errors import DefinitionError
 
 

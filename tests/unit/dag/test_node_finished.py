@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from statemachine_wf.dag import interpret
-from statemachine_wf.dag.interpret import LogView, NodeOutcome
-from statemachine_wf.dag.models import Graph, check
-from statemachine_wf.events import Ev, EventRecord, NewEvent, Status
+from statemachine_wf.core import dag_interpret as interpret
+from statemachine_wf.core.dag_interpret import LogView, NodeOutcome
+from statemachine_wf.definition.dag_models import Graph, check
+from statemachine_wf.definition.events import Ev, EventRecord, NewEvent, Status
 from tests.integration.dag.helpers import fan_out, linear
 
 GRAPH = check(linear(1))  # s -> n0 -> e

@@ -22,10 +22,10 @@ from statemachine_wf.adapters.ethereum.txqueue import (
     TxRecord,
     tx_records,
 )
-from statemachine_wf.context import StepContext
 from statemachine_wf.errors import Snooze, Stall, Waiting
 from statemachine_wf.reconcilers.arweave import upload_fate
 from statemachine_wf.reconcilers.ethereum import nonce_used, signer_nonce, tx_fate
+from statemachine_wf.runtime.context import StepContext
 
 STUDIO = to_checksum_address("0x00000000000000000000000000000000000057d1")
 DATA_HASH = "0x" + "01" * 32

@@ -1,0 +1,262 @@
+"""Saved DAG definitions (immutable versions), and starting, inspecting and test runs.
+
+Starting records intent and returns at once, like :class:`~statemachine_wf.Client`:
+the instance, its WORKFLOW_CREATED event carrying the definition it will run, the
+start node's NODE_DISPATCHED and its task, in one commit. A running instance reads its
+definition from its own log, so saving a new version never changes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from ..core import dag_interpret as interpret
+from ..core.dag_interpret import LogView
+from ..core.store import InstanceRecord, NewDagInstance, Store
+from ..definition.checks import check_id, check_priority, check_text
+from ..definition.dag_definition import DagDefinition
+from ..definition.dag_models import check, load
+from ..definition.events import EventRecord, Status
+from ..definition.limits import check_payload, check_value
+from ..errors import InputError, InvalidState, NotFound, TypeKindConflict
+from ..runtime import operations
+from ..runtime.dag_handlers import Registry
+from . import live
+
+log = logging.getLogger(__name__)
+
+
+class DagClient:
+    """Save DAG definitions and run them.
+
+    Args:
+        store: the store the runners use.
+        registry: the registry the runners use, if known here: then a definition whose
+            ``sub_workflow`` nodes start a workflow it does not allow is refused
+            (:class:`DefinitionError`) when saved, started or test-run. Without it the
+            runner refuses such a node when it runs (no child is created).
+    """
+
+    def __init__(self, store: Store, registry: Registry | None = None) -> None:
+        self.store = store
+        self.registry = registry
+
+    def _load(self, definition: DagDefinition | Mapping[str, Any] | str) -> DagDefinition:
+        checked = load(definition)
+        if self.registry is not None:
+            self.registry.check_definition(checked)
+        return checked
+
+    # -- definitions -----------------------------------------------------------------------
+    def save(self, definition: DagDefinition | Mapping[str, Any] | str) -> int:
+        """Validate and store ``definition`` as the next version of its name.
+
+        Raises:
+            DefinitionError: listing every problem; nothing is stored.
+        """
+        checked = self._load(definition)
+        return self.store.dag_save(checked.name, checked.dump())
+
+    def definition(self, name: str, version: int | None = None) -> tuple[int, DagDefinition]:
+        """``(version, definition)``: that version, or the latest. Raises :class:`NotFound`."""
+        found = operations.once_more(lambda: self.store.dag_definition(name, version))  # a read
+        if found is None:
+            which = "any version" if version is None else f"version {version}"
+            raise NotFound(f"no saved DAG {name!r} ({which})")
+        return found[0], DagDefinition.model_validate(found[1])
+
+    def definitions(self) -> list[tuple[str, int]]:
+        """Every saved name with its latest version."""
+        return operations.once_more(self.store.dag_definitions)  # a read
+
+    def delete(self, name: str, *, cascade: bool = False) -> int:
+        """Delete every version of ``name``.
+
+        Refuses (:class:`InvalidState`) while instances of it exist, unless ``cascade``,
+        which deletes them -- logs, tasks and all -- in the same transaction.
+        """
+        return self.store.dag_delete(name, cascade=cascade)
+
+    # -- runs ------------------------------------------------------------------------------
+    def start(
+        self,
+        definition: str | DagDefinition,
+        input: Mapping[str, Any] | None = None,
+        *,
+        version: int | None = None,
+        idempotency_key: str | None = None,
+        priority: int = 100,
+        instance_id: str | None = None,
+    ) -> str:
+        """Start a saved definition (by name; the latest version unless ``version``).
+
+        A :class:`DagDefinition` object is run as given (checked first), recorded under its
+        name without a version.
+        """
+        if isinstance(definition, str):
+            saved_version, checked = self.definition(definition, version)
+            if self.registry is not None:
+                self.registry.check_definition(checked)
+        else:
+            saved_version, checked = None, self._load(definition)
+        return self._start(
+            checked,
+            input,
+            version=saved_version,
+            test=False,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            instance_id=instance_id,
+        )
+
+    def test_run(
+        self,
+        definition: DagDefinition | Mapping[str, Any] | str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        instance_id: str | None = None,
+    ) -> str:
+        """Run an unsaved graph (the editor's test run); :meth:`stop_test_run` deletes it."""
+        return self._start(
+            self._load(definition), input, version=None, test=True, instance_id=instance_id
+        )
+
+    def stop_test_run(self, instance_id: str) -> None:
+        """Delete a test run's instance, log and tasks in one transaction.
+
+        Raises:
+            NotFound: no test run with that id (a saved definition's run is never deleted
+                this way).
+        """
+        check_id(instance_id)
+        if not self.store.dag_delete_test_run(instance_id):
+            raise NotFound(f"no test run {instance_id!r}")
+
+    def _start(
+        self,
+        definition: DagDefinition,
+        input: Mapping[str, Any] | None,
+        *,
+        version: int | None,
+        test: bool,
+        idempotency_key: str | None = None,
+        priority: int = 100,
+        instance_id: str | None = None,
+    ) -> str:
+        check_priority(priority)
+        check_text(idempotency_key, "idempotency_key")
+        if instance_id is not None:
+            check_id(instance_id)
+        if input is not None and not isinstance(input, Mapping):
+            raise InputError(f"input must be a mapping, got {type(input).__name__}")
+        graph = check(definition)
+        data = dict(input or {})
+        check_value("input", data)
+        self._check_type(definition.type)
+        check_payload("input", data)  # the limit Client.start enforces, before any write
+        created = {
+            "input": data,
+            "dag": definition.dump(),
+            "ref": {"name": definition.name, "version": version, "test": test},
+        }
+        new_id, created_now = self.store.dag_create(
+            NewDagInstance(
+                id=instance_id or str(uuid.uuid4()),
+                type=definition.type,
+                input=data,
+                start=graph.start,
+                events=tuple(interpret.start_events(graph, created)),
+                name=definition.name,
+                version=version,
+                test=test,
+                idempotency_key=idempotency_key,
+                priority=priority,
+            )
+        )
+        if not created_now:
+            existing = self.get(new_id, include_deleted=True)
+            if existing.kind != "dag":
+                raise InputError(
+                    f"idempotency key {idempotency_key!r} already started a {existing.type} "
+                    f"({new_id})"
+                )
+        return new_id
+
+    def _check_type(self, type_name: str) -> None:
+        """A DAG's task type must not name a state-machine workflow type.
+
+        Every type is one kind only (the database refuses a name registered as both), so
+        such a DAG could never run; it is refused here so that its author hears why. A
+        type no DAG runner has registered yet is started, with a warning: it waits until
+        a runner with that type among its ``dag_types`` starts (``status`` says so too).
+        """
+        if type_name in self.store.registered_types():
+            raise TypeKindConflict(type_name, "state-machine", "DAG")
+        if type_name not in self.store.registered_types("dag"):
+            log.warning(
+                "no runner has registered the DAG type %r yet: its instances wait until a "
+                "runner with it among its dag_types starts (worker --dag-type %s)",
+                type_name,
+                type_name,
+            )
+
+    # -- reading ---------------------------------------------------------------------------
+    def get(self, instance_id: str, *, include_deleted: bool = False) -> InstanceRecord:
+        """The instance row, as :meth:`Client.get <statemachine_wf.Client.get>` gives it.
+
+        Raises:
+            NotFound: no such instance, or it was soft-deleted (unless ``include_deleted``).
+        """
+        return operations.get(self.store, instance_id, include_deleted=include_deleted)
+
+    def history(self, instance_id: str, *, include_deleted: bool = False) -> list[EventRecord]:
+        self.get(instance_id, include_deleted=include_deleted)
+        return operations.once_more(lambda: self.store.events(instance_id))  # a read
+
+    def context(self, instance_id: str) -> dict[str, Any]:
+        """The instance's context: the fold of its log (input, then node outputs)."""
+        return LogView.of(self.history(instance_id)).context()
+
+    def output(self, instance_id: str) -> dict[str, Any] | None:
+        """The workflow output (the end node's), once the instance has COMPLETED."""
+        record = self.get(instance_id)
+        if record.status != Status.COMPLETED:
+            return None
+        out = record.progress.get("output")
+        return dict(out) if isinstance(out, Mapping) else None
+
+    def executions(self, instance_id: str) -> dict[str, int]:
+        """How many times each node completed (a loop body: once per iteration)."""
+        view = LogView.of(self.history(instance_id))
+        return {node: len(runs) for node, runs in view.completions.items()}
+
+    def wait(
+        self, instance_id: str, *, timeout: float = 30.0, statuses: Sequence[Status] | None = None
+    ) -> InstanceRecord:
+        """Poll until the instance reaches one of ``statuses`` (default: terminal)."""
+        return operations.wait(self.get, instance_id, timeout=timeout, statuses=statuses)
+
+    def cancel(self, instance_id: str) -> InstanceRecord:
+        """Cancel a DAG instance now; its running sub-workflows are cancelled too.
+
+        One commit makes it CANCELLED (terminal) and removes every open node task; a node
+        still running sees :meth:`NodeContext.cancel_requested` turn true and whatever it
+        reports later is a no-op. Then each active child is cancelled. Cancelling an
+        instance that is already CANCELLED only finishes cancelling its children.
+
+        Raises:
+            NotFound: no such instance.
+            InvalidState: it is not a DAG instance, or it already COMPLETED or FAILED.
+        """
+        record = self.get(instance_id, include_deleted=True)
+        if record.kind != "dag":
+            raise InvalidState(f"instance {instance_id} is not a DAG instance")
+        return operations.engine(record).cancel(self.store, instance_id)
+
+    def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
+        """Its events as they commit, until it ends: :func:`statemachine_wf.client.live.watch`."""
+        check_id(instance_id)
+        return live.watch(self.store, instance_id, after_seq=after_seq)

@@ -1,0 +1,510 @@
+"""The DAG interpreter: what a node's completion or failure means for its instance.
+
+Pure functions over the instance's log (no I/O). Each returns a :class:`DagDecision`,
+which a store applies in one commit gated by the instance's version: the events to
+append (``NODE_DISPATCHED`` for every successor that became ready, a terminal event),
+the node tasks to insert, delete or reschedule, and the instance's new status.
+
+Readiness (the barrier): an edge has *fired* when its source completed with the edge's
+handle. A node with join ``all`` is ready when every incoming edge fired, with ``any``
+when one did; a node already dispatched is never dispatched again. Inside a loop body
+both rules are per iteration: only completions and dispatches after the loop node's
+latest ``loop`` completion count. A loop node is dispatched again (``via="back"``) when
+every edge coming back from its body fired after its latest dispatch.
+
+Completion (draining): the instance completes when an end node has completed *and* no
+dispatched node is still open. An ``any`` join lets an end run while other branches are
+still in flight; those branches run to their end (each reachable node exactly once),
+and a late arrival at an ``any`` join that already fired is recorded (its
+``NODE_COMPLETED``) but dispatches nothing again. The output is the first completed end
+node's. A draining branch that fails with ``fail_workflow`` still fails the instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..definition.dag_definition import LOOP_HANDLE, DagDefinition, Edge
+from ..definition.dag_models import Graph, check
+from ..definition.events import Ev, EventRecord, NewEvent, Status
+from .fold import Projection
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTask:
+    """A node task to enqueue: due ``delay`` seconds from the commit, ``attempt`` tries so far."""
+
+    node: str
+    delay: float = 0.0
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRetry:
+    """Reschedule the node's task: due in ``delay`` s, lease released, ``failures`` kept."""
+
+    node: str
+    delay: float
+    failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class DagDecision:
+    events: tuple[NewEvent, ...] = ()
+    dispatch: tuple[NodeTask, ...] = ()
+    done: str | None = None
+    """The node whose task goes (its run is settled)."""
+    retry: TaskRetry | None = None
+    status: Status | None = None
+    output: dict[str, Any] | None = None
+    """Stored as the instance's ``progress`` when it completes: ``{"output": ...}``."""
+    error: dict[str, Any] | None = None
+    finish: bool = False
+    """Every task of the instance goes (it is terminal)."""
+    dead_letter: str | None = None
+    """A reason: the store also writes a dead letter in the same commit (retries
+    exhausted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    seq: int
+    run: int
+    handle: str | None
+    output: Any
+    error: bool
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """A node run waiting for its time: ``seconds`` long, over at ``until`` (epoch s);
+    ``output`` is the run's result once it is."""
+
+    seconds: float
+    until: float
+    output: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    seq: int
+    run: int
+    via: str
+
+
+@dataclass
+class LogView:
+    """An instance's log, indexed for the interpreter."""
+
+    input: dict[str, Any]
+    definition: dict[str, Any]
+    completions: dict[str, list[Completion]] = field(default_factory=dict)
+    dispatches: dict[str, list[Dispatched]] = field(default_factory=dict)
+    failed: set[tuple[str, int]] = field(default_factory=set)
+    tries: dict[str, int] = field(default_factory=dict)
+    variables: list[tuple[str, Any]] = field(default_factory=list)
+    timers: dict[tuple[str, int], Timer] = field(default_factory=dict)
+    """(node, run) -> the timer its run is waiting on (a delay node's ``NODE_WAITING``)."""
+
+    last_seq: int = 0
+    """The highest seq folded in: :meth:`extend` takes only events after it."""
+
+    @classmethod
+    def of(cls, events: Iterable[EventRecord]) -> LogView:
+        ordered = sorted(events, key=lambda e: e.seq)
+        if not ordered or ordered[0].event_type != Ev.CREATED or "dag" not in ordered[0].payload:
+            raise ValueError("not a DAG instance's log (no WORKFLOW_CREATED with a definition)")
+        head = ordered[0].payload
+        view = cls(input=dict(head.get("input") or {}), definition=dict(head["dag"]))
+        view.last_seq = ordered[0].seq
+        view.extend(ordered[1:])
+        return view
+
+    def extend(self, events: Iterable[EventRecord]) -> None:
+        """Fold in the events after :attr:`last_seq` (a tail read), in seq order.
+
+        Seqs at or below ``last_seq`` are skipped, so an overlapping read is harmless. An
+        instance's events commit in seq order (each takes its seq under the instance's
+        row lock), so the events after ``last_seq`` are all that is missing.
+        """
+        for e in sorted(events, key=lambda e: e.seq):
+            if e.seq <= self.last_seq:
+                continue
+            self.last_seq = e.seq
+            self._add(e, e.seq)
+
+    def with_completion(self, event: NewEvent) -> LogView:
+        """A copy with the ``NODE_COMPLETED`` ``event`` folded in; this view is unchanged.
+
+        For a decision committed together with ``event`` (a node's result and what
+        follows it are one commit), so the event is folded at the seq the commit will
+        give it. Only what a completion touches is copied.
+        """
+        if event.event_type != Ev.NODE_COMPLETED or event.node is None:
+            raise ValueError(f"with_completion takes a NODE_COMPLETED of a node, not {event!r}")
+        copy = replace(
+            self,
+            completions={
+                **self.completions,
+                event.node: list(self.completions.get(event.node, ())),
+            },
+            variables=list(self.variables),
+        )
+        copy.last_seq = self.last_seq + 1
+        copy._add(event, copy.last_seq)
+        return copy
+
+    def _add(self, e: EventRecord | NewEvent, seq: int) -> None:
+        node = e.node
+        if node is None:
+            return
+        if e.event_type == Ev.NODE_COMPLETED:
+            p = e.payload
+            self.completions.setdefault(node, []).append(
+                Completion(
+                    seq,
+                    e.attempt or 0,
+                    p.get("handle"),
+                    p.get("output"),
+                    bool(p.get("error", False)),
+                    float(p.get("delay") or 0.0),
+                )
+            )
+            self.variables.append((str(p.get("var") or node), p.get("output")))
+        elif e.event_type == Ev.NODE_DISPATCHED:
+            self.dispatches.setdefault(node, []).append(
+                Dispatched(seq, e.attempt or 0, str(e.payload.get("via", "entry")))
+            )
+        elif e.event_type == Ev.NODE_WAITING and "until" in e.payload:
+            p = e.payload
+            self.timers[(node, int(p.get("run") or 0))] = Timer(
+                float(p.get("timer") or 0.0), float(p["until"]), p.get("output")
+            )
+        elif e.event_type == Ev.NODE_FAILED:
+            self.failed.add((node, e.attempt or 0))
+        elif e.event_type == Ev.NODE_STARTED:
+            self.tries[node] = max(self.tries.get(node, 0), e.attempt or 0)
+
+    def graph(self) -> Graph:
+        return check(DagDefinition.model_validate(self.definition))
+
+    def context(self) -> dict[str, Any]:
+        """The fold of the log: the input, then every completed node's output, later wins."""
+        ctx: dict[str, Any] = {"input": self.input}
+        for var, value in self.variables:
+            ctx[var] = value
+        return ctx
+
+    def run(self, node: str) -> int:
+        """The node's current (latest) run; 0 if it was never dispatched."""
+        ds = self.dispatches.get(node)
+        return ds[-1].run if ds else 0
+
+    def dispatch(self, node: str, run: int) -> Dispatched | None:
+        return next((d for d in self.dispatches.get(node, ()) if d.run == run), None)
+
+    def completion(self, node: str, run: int) -> Completion | None:
+        return next((c for c in self.completions.get(node, ()) if c.run == run), None)
+
+    def settled(self, node: str, run: int) -> bool:
+        return self.completion(node, run) is not None or (node, run) in self.failed
+
+    def executions(self, node: str) -> int:
+        return len(self.completions.get(node, ()))
+
+    # -- the barrier --------------------------------------------------------------------
+    def scope_start(self, loop: str | None) -> int:
+        """Seq of the loop's latest ``loop`` completion: its current iteration's start."""
+        if loop is None:
+            return 0
+        seqs = [c.seq for c in self.completions.get(loop, ()) if c.handle == LOOP_HANDLE]
+        return seqs[-1] if seqs else 0
+
+    def fired(self, edge: Edge, since: int) -> bool:
+        return any(
+            c.seq >= since and c.handle == edge.source_handle
+            for c in self.completions.get(edge.source, ())
+        )
+
+
+def _loops_holding(graph: Graph, node: str) -> list[str]:
+    """The loops whose body holds ``node``, innermost first."""
+    chain = []
+    cur = graph.scope[node]
+    while cur is not None:
+        chain.append(cur)
+        cur = graph.scope[cur]
+    return chain
+
+
+def _since(graph: Graph, view: LogView, edge: Edge) -> int:
+    """Where an edge's firing starts to count: the iteration both its ends share."""
+    around_source = set(_loops_holding(graph, edge.source))
+    if graph.nodes[edge.source].type == "loop":
+        around_source.add(edge.source)  # a loop's own edges into its body
+    for loop in _loops_holding(graph, edge.target):
+        if loop in around_source:
+            return view.scope_start(loop)
+    return 0
+
+
+def ready(graph: Graph, view: LogView, node: str) -> str | None:
+    """How ``node`` is to be dispatched now (``"entry"`` or ``"back"``), or None."""
+    back = [e for e in graph.incoming[node] if graph.is_back(e)]
+    entry = [e for e in graph.incoming[node] if not graph.is_back(e)]
+    dispatched = view.dispatches.get(node, [])
+    if back and dispatched:
+        # A loop's next round: only once this node's last run is settled and every back
+        # edge fired *after* that run was dispatched (an older firing was that round's).
+        last = dispatched[-1].seq
+        if view.settled(node, dispatched[-1].run) and all(view.fired(e, last + 1) for e in back):
+            return "back"
+    # Entered once per scope: once per instance outside loops, once per iteration of
+    # the innermost loop holding it. This is what makes a join fire once although every
+    # incoming branch's completion asks again (and two racing runners both ask: the
+    # second decides on a view that holds the first one's NODE_DISPATCHED, or loses the
+    # CAS and re-reads until it does).
+    start = view.scope_start(graph.scope[node])
+    if any(d.via == "entry" and d.seq > start for d in dispatched):
+        return None
+    if not entry:
+        return None
+    # The barrier: an edge counts only if its source completed with the edge's handle
+    # within the iteration both ends share (_since), so last round's results never open
+    # this round's join.
+    fired = [view.fired(e, _since(graph, view, e)) for e in entry]
+    ok = all(fired) if graph.nodes[node].join == "all" else any(fired)
+    return "entry" if ok else None
+
+
+# -- decisions ----------------------------------------------------------------------------
+
+
+def start_events(graph: Graph, created: Mapping[str, Any]) -> list[NewEvent]:
+    """The first events of an instance: its creation (with the definition) and the start."""
+    return [
+        NewEvent(Ev.CREATED, payload=dict(created)),
+        NewEvent(Ev.NODE_DISPATCHED, graph.start, 1, {"via": "entry"}),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOutcome:
+    """What one run of a node produced, as its ``NODE_COMPLETED`` records it."""
+
+    output: Any
+    handle: str | None = None
+    delay: float = 0.0
+    """A delay node's wait: its successors' tasks are due that much later."""
+    error: bool = False
+    """The run ended on its ``error`` handle (a failure routed on, not raised)."""
+
+
+def node_finished(
+    graph: Graph,
+    view: LogView,
+    node: str,
+    run: int,
+    outcome: NodeOutcome,
+    *,
+    attempt: int,
+    status: Status,
+    open_slots: Sequence[str],
+) -> DagDecision | None:
+    """The one decision for a node run that finished: its result and what follows.
+
+    The ``NODE_COMPLETED`` (output, handle, the variable it sets, the try), then the
+    dispatches, join firings, completion or dead end it leads to (:func:`completed`),
+    in one commit: as :mod:`statemachine_wf.core.decide` is for a state-machine step.
+
+    None when there is nothing to write: the instance is over, another runner already
+    scheduled this run (its task is gone), or a duplicate delivery of the same run
+    recorded its result first (then that delivery's runner schedules what follows).
+    """
+    if status.terminal or node not in open_slots:
+        return None
+    if view.completion(node, run) is not None:
+        return None
+    payload: dict[str, Any] = {
+        "output": outcome.output,
+        "handle": outcome.handle,
+        "var": graph.nodes[node].variable,
+        "try": attempt,
+    }
+    if outcome.delay:
+        payload["delay"] = outcome.delay
+    if outcome.error:
+        payload["error"] = True
+    event = NewEvent(Ev.NODE_COMPLETED, node, run, payload)
+    decision = completed(
+        graph, view.with_completion(event), node, run, status=status, open_slots=open_slots
+    )
+    if decision is None:  # cannot happen: not terminal, and the node's task is open
+        raise RuntimeError(f"{node} run {run} completed, and no decision followed")
+    return replace(decision, events=(event, *decision.events))
+
+
+def completed(
+    graph: Graph,
+    view: LogView,
+    node: str,
+    run: int,
+    *,
+    status: Status,
+    open_slots: Sequence[str],
+) -> DagDecision | None:
+    """``node``'s run ``run`` has its NODE_COMPLETED in ``view``: schedule what follows.
+
+    None when there is nothing to write (the instance is over, or this run was already
+    scheduled by someone else).
+    """
+    if status.terminal:
+        return DagDecision(done=node) if node in open_slots else None
+    if node not in open_slots:
+        return None  # another runner scheduled this run already (its task is gone)
+    comp = view.completion(node, run)
+    if comp is None:
+        raise RuntimeError(f"{node} run {run} has no NODE_COMPLETED")
+    events: list[NewEvent] = []
+    tasks: list[NodeTask] = []
+    for target in dict.fromkeys(graph.targets(node, comp.handle)):
+        via = ready(graph, view, target)
+        if via is None:
+            continue
+        events.append(
+            NewEvent(Ev.NODE_DISPATCHED, target, view.run(target) + 1, {"via": via, "from": node})
+        )
+        tasks.append(NodeTask(target, comp.delay, view.tries.get(target, 0)))
+    remaining = (set(open_slots) - {node}) | {t.node for t in tasks}
+    if remaining:
+        # Still draining: an end node that completed early (through an ``any`` join)
+        # waits for every dispatched branch before the instance completes.
+        return DagDecision(events=tuple(events), dispatch=tuple(tasks), done=node)
+    end = first_end(graph, view)
+    if end is not None:
+        end_node, output = end
+        return DagDecision(
+            events=(
+                *events,
+                NewEvent(Ev.COMPLETED, payload={"node": end_node, "output": output}),
+            ),
+            done=node,
+            status=Status.COMPLETED,
+            output={"output": output},
+            finish=True,
+        )
+    error = {
+        "node": node,
+        "code": "dead_end",
+        "message": (
+            f"nothing left to run after {node!r} (handle {comp.handle!r}) and no end "
+            "node was reached: a branch without successors, or a join that cannot fire"
+        ),
+        "recoverable": False,
+    }
+    return DagDecision(
+        events=(NewEvent(Ev.FAILED, error=error),),
+        done=node,
+        status=Status.FAILED,
+        error=error,
+        finish=True,
+    )
+
+
+def first_end(graph: Graph, view: LogView) -> tuple[str, dict[str, Any]] | None:
+    """The end node that completed first and its output: the workflow's output."""
+    done = [(c.seq, n, c.output) for n in graph.ends for c in view.completions.get(n, ())]
+    if not done:
+        return None
+    _, node, output = min(done, key=lambda d: d[0])
+    return node, output if isinstance(output, dict) else {"value": output}
+
+
+def failed(
+    graph: Graph,
+    node: str,
+    run: int,
+    error: dict[str, Any],
+    *,
+    failures: int,
+    retryable: bool,
+    status: Status,
+) -> DagDecision | None:
+    """``node``'s run failed (``failures`` consecutive failures before this one).
+
+    Retry with backoff while the node's policy allows; then, for ``fail_workflow``, the
+    instance FAILS. (``continue`` nodes complete on their ``error`` handle instead: the
+    caller writes that completion when :func:`gives_up` says so.)
+    """
+    if status.terminal:
+        return DagDecision(done=node)
+    policy = graph.nodes[node].retry_policy()
+    failures += 1
+    if retryable and not policy.exhausted(failures):
+        delay = policy.delay(failures)
+        return DagDecision(
+            events=(
+                NewEvent(
+                    Ev.NODE_RETRYING,
+                    node,
+                    None,
+                    {"run": run, "failures": failures, "retry_in": round(delay, 3)},
+                    error,
+                ),
+            ),
+            retry=TaskRetry(node, delay, failures),
+        )
+    message = error.get("message", "")
+    dead_letter = None
+    if failures > 1:
+        message = f"retries exhausted after {failures} failures: {message}"
+        dead_letter = f"node {node!r}: {message}"
+    info = {**error, "message": message, "recoverable": False}
+    events = [NewEvent(Ev.NODE_FAILED, node, run, {"outcome": "fail", "failures": failures}, info)]
+    if dead_letter is not None:
+        events.append(NewEvent(Ev.DEAD_LETTERED, payload={"reason": dead_letter}))
+    return DagDecision(
+        events=tuple(events),
+        done=node,
+        status=Status.FAILED,
+        error=info,
+        finish=True,
+        dead_letter=dead_letter,
+    )
+
+
+def gives_up(graph: Graph, node: str, *, failures: int, retryable: bool) -> bool:
+    """Whether this failure (after ``failures`` earlier ones) is the node's last try."""
+    return not retryable or graph.nodes[node].retry_policy().exhausted(failures + 1)
+
+
+def cancel(open_slots: Sequence[str]) -> DagDecision:
+    """Cancel the instance: CANCELLED, and every node task goes in the same commit."""
+    return DagDecision(
+        events=(NewEvent(Ev.CANCELLED, payload={"open": sorted(open_slots)}),),
+        status=Status.CANCELLED,
+        finish=True,
+    )
+
+
+def project(events: Iterable[EventRecord]) -> Projection:
+    """A DAG instance's row as its log says it should be (``verify``, ``rebuild``).
+
+    RUNNING from its creation; the terminal events set the status, the output
+    (``progress = {"output": ...}``) and the error; a quarantine stalls it.
+    """
+    state = Projection(status=Status.RUNNING)
+    for e in sorted(events, key=lambda e: e.seq):
+        if e.event_type == Ev.COMPLETED:
+            output = e.payload.get("output")
+            state = replace(state, status=Status.COMPLETED, progress={"output": output})
+        elif e.event_type in (Ev.FAILED, Ev.NODE_FAILED):
+            state = replace(state, status=Status.FAILED, error=e.error)
+        elif e.event_type == Ev.CANCELLED:
+            state = replace(state, status=Status.CANCELLED)
+        elif e.event_type == Ev.QUARANTINED:
+            state = replace(state, status=Status.STALLED, error=e.error)
+    return state

@@ -1,0 +1,554 @@
+"""Running DAG node tasks: the I/O around the pure interpreter.
+
+A runner that hosts DAGs hands each claimed node task (kind 'dag', slot = node id) to
+:meth:`DagExecutor.run`. The claim already appended ``NODE_STARTED`` (the node's next
+try). Then:
+
+1. the context is folded from the log and the node's handler runs, outside any
+   transaction;
+2. one version-checked commit appends its result as ``NODE_COMPLETED`` for the node's
+   run together with what follows from it: the ``NODE_DISPATCHED`` of the successors
+   that became ready and are not dispatched yet, their tasks, this node's task deleted
+   and the version bumped (or the instance completed when an end node finished). The
+   decision is made on the read the node ran on, so a node in a chain costs its claim,
+   one read and this commit. A loser of the CAS re-reads the log's tail and decides
+   again; a duplicate delivery finds the result already there (in the view, or through
+   the log's unique index, which fails the whole commit) and writes nothing.
+
+A node task whose run is already completed (a result recorded but not scheduled) is
+only scheduled; a failure retries with backoff (the task is due again later) and then,
+per node, follows the ``error`` handle or fails the instance.
+
+A ``delay`` node is a timer: its first try records ``NODE_WAITING`` with the time it is
+due (``until``) and its task is rescheduled for then (lease released, no thread waits);
+the try that runs when it is due completes it, and only then are its successors
+dispatched. An internal error of the runtime (:class:`~.dag_handlers.InternalError`) is
+retried whatever the node's policy says and, if it lasts, goes to the runner, which
+quarantines the instance: it never FAILS it.
+
+A ``sub_workflow`` node whose child is still running *parks* its task (``NODE_WAITING``,
+lease released, due only after a long safety-net delay) and its thread goes back to
+work. The child's finishing commit makes the task due again; the node then runs once
+more, finds the child ended and completes (or fails) with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from ..core import dag_interpret as interpret
+from ..core.dag_interpret import Completion, DagDecision, LogView, NodeOutcome, TaskRetry
+from ..core.store import Claim, DagCommit, DagSnapshot, Store
+from ..definition.dag_definition import ERROR_HANDLE
+from ..definition.dag_models import Graph
+from ..definition.dag_templates import TemplateError
+from ..definition.events import Ev, NewEvent, Status
+from ..definition.limits import check_payload
+from ..errors import Fail, InputError, LeaseLost, StepFailure
+from .dag_handlers import (
+    ChildRunning,
+    InternalError,
+    LoopState,
+    NodeCall,
+    NodeResult,
+    Registry,
+    handler_for,
+)
+from .operations import cancel_unless_ended, until_committed
+
+if TYPE_CHECKING:
+    from ..definition.workflow import Workflow
+
+log = logging.getLogger("statemachine_wf.dag")
+
+CHILD_RECHECK = 300.0
+"""Seconds a parked sub-workflow node waits before it looks at its child anyway: only a
+safety net (the child's end wakes it at once), for a wake-up lost to a hand-edited row."""
+
+CACHED_INSTANCES = 512
+"""Instances whose parsed graph and folded log a runner keeps (least recently used go)."""
+
+INTERNAL_ATTEMPTS = 5
+"""Tries of a node whose runs fail for an internal error of the runtime before the
+instance is quarantined (STALLED) instead."""
+
+_NOT_RETRYABLE = (Fail, TemplateError, InputError, ValidationError, TypeError)
+"""Errors that another try cannot fix: bad config, a missing template path, bad args."""
+
+
+class DagExecutor:
+    """Runs claimed DAG node tasks for one runner.
+
+    Args:
+        store: the runner's store.
+        registry: the functions and queries ``python``/``data_query`` nodes may call.
+        worker: the runner's worker id (written on events, owner of leases).
+        loop: returns the calling thread's asyncio loop (handlers are coroutines).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        worker: str,
+        loop: Callable[[], asyncio.AbstractEventLoop],
+        threads: int = 8,
+        workflows: Mapping[str, type[Workflow[Any, Any]]] | None = None,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.worker = worker
+        self.workflows = dict(workflows or {})
+        self._loop = loop
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, threads), thread_name_prefix="swf-dag-fn"
+        )
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- one node task ---------------------------------------------------------------------
+    def run(self, claim: Claim) -> None:
+        instance_id, node = claim.instance.id, claim.task.slot
+        entry = self._entry(instance_id)
+        with entry.lock:
+            snap = self._read(entry, instance_id)
+            if snap is None:
+                return  # deleted (a stopped test run): its tasks went with it
+            seen = entry.commits
+            view, graph = entry.view, entry.graph
+            if view is None or graph is None:  # _read fills both
+                raise RuntimeError(f"DAG instance {instance_id}: no log view after reading it")
+            run = view.run(node)
+            terminal = snap.instance.status.terminal
+            done = view.completion(node, run) is not None
+            ctx = {} if terminal or done else view.context()
+            loop_state = None if terminal or done else _loop_state(graph, view, node, run)
+            timer = None if terminal or done else view.timers.get((node, run))
+        if timer is not None:
+            # A delay node's run whose timer was set: it completes once its time has come
+            # (its task was due then), with what it computed when the timer was set.
+            if time.time() < timer.until:
+                self._wait(claim, run, timer.seconds, timer.until, timer.output)
+            else:
+                self.complete(
+                    instance_id,
+                    graph,
+                    node,
+                    run,
+                    NodeResult(timer.output),
+                    attempt=claim.task.attempt,
+                    snap=snap,
+                    seen=seen,
+                )
+            return
+        if terminal or done:
+            # Over (the task only goes), or a result recorded but never scheduled (by an
+            # older version, which wrote the two in separate commits): schedule only.
+            if done:
+                log.info("instance %s: %s run %d already completed", instance_id, node, run)
+            self._commit_loop(
+                instance_id,
+                lambda s, v: interpret.completed(
+                    graph, v, node, run, status=s.instance.status, open_slots=s.open_slots
+                ),
+                snap,
+                seen,
+            )
+            return
+        call = NodeCall(
+            instance_id=instance_id,
+            node=graph.nodes[node],
+            config=graph.config(node),
+            ctx=ctx,
+            run=run,
+            attempt=claim.task.attempt,
+            registry=self.registry,
+            pool=self._pool,
+            loop=loop_state,
+            store=self.store,
+            workflows=self.workflows,
+            cancelled=lambda: self._cancelled(instance_id),
+        )
+        try:
+            result = self._loop().run_until_complete(handler_for(call.node.type)(call))
+            output = to_jsonable_python(result.output)
+            # The limit inputs have: an output over it fails the node (PayloadTooLarge,
+            # not retried) and is never written. (A start node's output is the input,
+            # checked when the instance was started.)
+            if call.node.type != "start":
+                check_payload(f"node {node!r} output", output)
+        except LeaseLost:
+            raise
+        except ChildRunning as wait:
+            self._park(claim, run, wait.child_id)
+            return
+        except (Exception, PydanticSerializationError) as exc:
+            self._failed(graph, claim, run, exc)
+            return
+        if result.delay > 0:
+            # A timer (the delay node): the run completes only when the time has come, so
+            # nothing downstream -- a join made ready later by another branch included --
+            # can run before. Its task sleeps until then; no thread waits.
+            self._wait(claim, run, result.delay, time.time() + result.delay, output)
+            return
+        self.complete(
+            instance_id,
+            graph,
+            node,
+            run,
+            NodeResult(output, result.handle),
+            attempt=claim.task.attempt,
+            snap=snap,
+            seen=seen,
+        )
+
+    def complete(
+        self,
+        instance_id: str,
+        graph: Graph,
+        node: str,
+        run: int,
+        result: NodeResult,
+        *,
+        attempt: int,
+        error: bool = False,
+        snap: DagSnapshot | None = None,
+        seen: int = -1,
+    ) -> bool:
+        """Record ``node``'s run ``run`` as completed with ``result`` and schedule what
+        follows, in one version-checked commit.
+
+        Returns False (and writes nothing) when the result was already recorded (a
+        duplicate delivery: the log's unique index, or the view, says so) or the
+        instance has ended. ``snap``: the read the node ran on, tried first (a chain
+        node then costs its claim, one read and this commit) unless this runner has
+        committed to the instance since (``seen``: its commit count at that read).
+        """
+        outcome = NodeOutcome(result.output, result.handle, result.delay, error)
+
+        def decide(s: DagSnapshot, view: LogView) -> DagDecision | None:
+            return interpret.node_finished(
+                graph,
+                view,
+                node,
+                run,
+                outcome,
+                attempt=attempt,
+                status=s.instance.status,
+                open_slots=s.open_slots,
+            )
+
+        if not self._commit_loop(instance_id, decide, snap, seen):
+            log.info("instance %s: %s run %d result already recorded", instance_id, node, run)
+            return False
+        return True
+
+    def _cancelled(self, instance_id: str) -> bool:
+        record = self.store.get(instance_id)
+        return record is None or record.status == Status.CANCELLED
+
+    def _wait(self, claim: Claim, run: int, seconds: float, until: float, output: Any) -> None:
+        """Set (or keep) ``run``'s timer: ``NODE_WAITING`` and the task due at ``until``."""
+        instance_id, node = claim.instance.id, claim.task.slot
+        left = max(0.0, until - time.time())
+
+        def decide(snap: DagSnapshot, view: LogView) -> DagDecision | None:
+            if snap.instance.status.terminal or view.settled(node, run):
+                return None
+            if node not in snap.open_slots:
+                return None
+            payload = {
+                "run": run,
+                "try": claim.task.attempt,
+                "timer": seconds,
+                "until": until,
+                "output": output,
+            }
+            return DagDecision(
+                events=(NewEvent(Ev.NODE_WAITING, node, None, payload),),
+                retry=TaskRetry(node, left, claim.task.failures),
+            )
+
+        self._commit_loop(instance_id, decide)
+
+    def _park(self, claim: Claim, run: int, child_id: str) -> None:
+        """Wait for a sub-workflow's child without a thread: the task sleeps until woken."""
+        instance_id, node = claim.instance.id, claim.task.slot
+
+        def decide(snap: DagSnapshot, view: LogView) -> DagDecision | None:
+            if snap.instance.status.terminal or view.settled(node, run):
+                return None
+            if node not in snap.open_slots:
+                return None
+            return DagDecision(
+                events=(
+                    NewEvent(
+                        Ev.NODE_WAITING,
+                        node,
+                        None,
+                        {"run": run, "try": claim.task.attempt, "child": child_id},
+                    ),
+                ),
+                retry=TaskRetry(node, CHILD_RECHECK, claim.task.failures),
+            )
+
+        self._commit_loop(instance_id, decide)
+        # The child may have ended while this task was still leased (its wake-up leaves a
+        # leased task alone): look again now that the task is parked.
+        child = self.store.get(child_id)
+        if child is None or child.status.terminal:
+            self.store.wake_parent(child_id)
+        elif self._cancelled(instance_id):
+            # Cancelled while we were starting the child: the cancel may have looked for
+            # children before this one existed.
+            cancel_unless_ended(self.store, child_id)
+
+    def _failed(self, graph: Graph, claim: Claim, run: int, exc: BaseException) -> None:
+        instance_id, node = claim.instance.id, claim.task.slot
+        if isinstance(exc, InternalError):
+            self._internal_error(graph, claim, run, exc)
+            return
+        retryable = not isinstance(exc, _NOT_RETRYABLE)
+        info = _error_info(node, exc)
+        failures = claim.task.failures
+        log.info(
+            "instance %s: node %s (run %d, try %d) raised %r",
+            instance_id,
+            node,
+            run,
+            claim.task.attempt,
+            exc,
+        )
+        spec = graph.nodes[node]
+        if spec.error_handling == "continue" and interpret.gives_up(
+            graph, node, failures=failures, retryable=retryable
+        ):
+            self.complete(
+                instance_id,
+                graph,
+                node,
+                run,
+                NodeResult({"error": info}, ERROR_HANDLE),
+                attempt=claim.task.attempt,
+                error=True,
+            )
+            return
+
+        def decide(snap: DagSnapshot, view: LogView) -> DagDecision | None:
+            if view.settled(node, run) or node not in snap.open_slots:
+                return None
+            return interpret.failed(
+                graph,
+                node,
+                run,
+                info,
+                failures=failures,
+                retryable=retryable,
+                status=snap.instance.status,
+            )
+
+        self._commit_loop(instance_id, decide)
+
+    def _internal_error(self, graph: Graph, claim: Claim, run: int, exc: InternalError) -> None:
+        """The runtime failed, not the node: try again later (whatever the node's own
+        retry policy or error handling says); after :data:`INTERNAL_ATTEMPTS` the error
+        goes to the runner, which quarantines the instance (STALLED, redrivable), never
+        FAILED."""
+        instance_id, node = claim.instance.id, claim.task.slot
+        failures = claim.task.failures + 1
+        log.warning(
+            "instance %s: node %s (run %d, try %d): internal error %s",
+            instance_id,
+            node,
+            run,
+            claim.task.attempt,
+            exc,
+        )
+        if failures >= INTERNAL_ATTEMPTS:
+            raise exc
+        delay = graph.nodes[node].retry_policy().delay(failures)
+        info = {**_error_info(node, exc), "internal": True}
+
+        def decide(snap: DagSnapshot, view: LogView) -> DagDecision | None:
+            if snap.instance.status.terminal or view.settled(node, run):
+                return None
+            if node not in snap.open_slots:
+                return None
+            payload = {"run": run, "failures": failures, "retry_in": round(delay, 3)}
+            return DagDecision(
+                events=(NewEvent(Ev.NODE_RETRYING, node, None, payload, info),),
+                retry=TaskRetry(node, delay, failures),
+            )
+
+        self._commit_loop(instance_id, decide)
+
+    def _commit_loop(
+        self,
+        instance_id: str,
+        make: Callable[[DagSnapshot, LogView], DagDecision | None],
+        snap: DagSnapshot | None = None,
+        seen: int = -1,
+    ) -> bool:
+        """Decide on the cached view and commit, gated by the instance's version; True if
+        a decision was committed, False if there was nothing to write.
+
+        ``snap``: a read still good to decide on (its version is the CAS's; the view may
+        only have folded in more since). Otherwise, and after every lost CAS, the tail of
+        the log after the cached view is read (one statement on PostgreSQL). The entry's
+        lock serialises this runner's threads on one instance, so they don't lose CAS
+        races to each other; other runners are fenced by the version as before.
+        """
+        entry = self._entry(instance_id)
+        with entry.lock:
+            if seen >= 0 and seen != entry.commits:
+                snap = None  # this runner committed since: that version is gone
+            held = snap
+
+            def attempt(n: int) -> bool:
+                # After a lost CAS the version decided on is gone: read what the winner
+                # did (the log's tail after the cached view) and decide again on that.
+                snap = held if n == 0 and entry.view is not None else None
+                if snap is None:
+                    snap = self._read(entry, instance_id)
+                    if snap is None:
+                        return False
+                if entry.view is None:  # _read fills it
+                    raise RuntimeError(f"DAG instance {instance_id}: no log view after reading it")
+                decision = make(snap, entry.view)
+                if decision is None:
+                    return False
+                self.store.dag_apply(
+                    DagCommit(instance_id, snap.instance.version, decision, self.worker)
+                )
+                entry.commits += 1
+                if decision.finish:
+                    self._forget(instance_id)  # over: nothing left to decide
+                return True
+
+            return until_committed(
+                attempt,
+                gave_up=lambda: LeaseLost(
+                    f"instance {instance_id} keeps changing under this runner"
+                ),
+            )
+
+    # -- the per-instance cache ------------------------------------------------------------
+    def _entry(self, instance_id: str) -> _Cached:
+        with self._cache_lock:
+            entry = self._cache.get(instance_id)
+            if entry is None:
+                entry = self._cache[instance_id] = _Cached()
+                while len(self._cache) > CACHED_INSTANCES:
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(instance_id)
+            return entry
+
+    def _forget(self, instance_id: str) -> None:
+        with self._cache_lock:
+            self._cache.pop(instance_id, None)
+
+    def _read(self, entry: _Cached, instance_id: str) -> DagSnapshot | None:
+        """Read the instance and its log's tail after the cached view; fold it in.
+
+        Call with ``entry.lock`` held. The first read of an instance reads the whole log
+        and parses its definition (immutable for the instance) once.
+        """
+        after = 0 if entry.view is None else entry.view.last_seq
+        snap = self.store.dag_snapshot(instance_id, after_seq=after)
+        if snap is None:
+            self._forget(instance_id)
+            return None
+        if entry.view is None:
+            view = LogView.of(snap.events)
+            entry.graph = view.graph()
+            entry.view = view
+        else:
+            entry.view.extend(snap.events)
+        return snap
+
+
+class _Cached:
+    """One instance as this runner last read it: its graph and its folded log."""
+
+    __slots__ = ("commits", "graph", "lock", "view")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.commits = 0
+        """Commits this runner made to the instance: a read older than the last one is
+        known stale without asking the database."""
+        self.view: LogView | None = None
+        self.graph: Graph | None = None
+
+
+def _loop_state(graph: Graph, view: LogView, node: str, run: int) -> LoopState | None:
+    if graph.nodes[node].type != "loop":
+        return None
+    dispatched = view.dispatch(node, run)
+    if dispatched is None or dispatched.via != "back":
+        return LoopState(entry=True, previous=None, result=None)
+    prev = _completion(view, node, run - 1)
+    results = {}
+    for edge in graph.incoming[node]:
+        if graph.is_back(edge):
+            done = view.completions.get(edge.source, [])
+            results[edge.source] = done[-1].output if done else None
+    result = next(iter(results.values())) if len(results) == 1 else results
+    previous = prev.output if prev is not None and isinstance(prev.output, dict) else None
+    if previous is None:
+        return LoopState(entry=True, previous=None, result=result)
+    start = int(previous.get("start", run - 1))
+    first = previous if start == run - 1 else _output(_completion(view, node, start))
+    items = first.get("items")
+    items = items if isinstance(items, list) else None
+    gathered = None
+    if items is not None and int(previous.get("index", -1)) + 1 >= len(items):
+        # The round's last iteration has ended: gather each iteration's result, once.
+        if "results" in previous:  # a round begun by a version that logged them all
+            gathered = [*previous["results"], result]
+        else:
+            gathered = [
+                _output(c).get("result")
+                for c in view.completions.get(node, ())
+                if start < c.run < run
+            ]
+            gathered.append(result)
+    return LoopState(entry=False, previous=previous, result=result, items=items, results=gathered)
+
+
+def _completion(view: LogView, node: str, run: int) -> Completion | None:
+    """``view.completion`` with a fast path: a loop's runs are usually its list's order."""
+    done = view.completions.get(node, [])
+    if 0 < run <= len(done) and done[run - 1].run == run:
+        return done[run - 1]
+    return view.completion(node, run)
+
+
+def _output(completion: Completion | None) -> dict[str, Any]:
+    out = completion.output if completion is not None else None
+    return out if isinstance(out, dict) else {}
+
+
+def _error_info(node: str, exc: BaseException) -> dict[str, Any]:
+    code = exc.code if isinstance(exc, StepFailure) else type(exc).__name__
+    return {
+        "node": node,
+        "code": code,
+        "message": str(exc) or type(exc).__name__,
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+    }

@@ -1,0 +1,526 @@
+"""The runner: resume on start-up, claim due work, hand each claim to its driver.
+
+One runner is one process's worth of workers: ``concurrency`` threads, each with its own
+database connection and its own asyncio loop for ``async def`` actions, so a blocking
+action never stalls the other instances. A heartbeat thread keeps every lease this runner
+holds alive; a dead runner simply stops extending them and its tasks fall due again.
+
+The runner owns the pool, the claims (state-machine tasks of its types, DAG node tasks of
+its ``dag_types``), the idle wait and its wake-ups, and the hand-back when the database
+is away. Driving one claimed instance is the driver's job:
+:class:`~statemachine_wf.runtime.driver.MachineDriver` for state machines (the step protocol),
+:class:`~statemachine_wf.runtime.dag_executor.DagExecutor` for DAG nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from ..core.store import Claim, Store, matches_prefix
+from ..definition.events import Status
+from ..definition.options import RunnerOptions as RunnerOptions  # re-exported: users import it here
+from ..definition.workflow import Workflow
+from ..errors import (
+    DataRejected,
+    InvalidState,
+    LeaseLost,
+    MissingDependencies,
+    StoreError,
+    StoreUnavailable,
+)
+from .driver import MachineDriver
+from .operations import engine
+
+if TYPE_CHECKING:
+    from .dag_handlers import Registry
+
+log = logging.getLogger("statemachine_wf.runner")
+
+
+def _dead_here(incarnation: str, host: str) -> bool:
+    """Is ``incarnation`` (host:pid:random) a process of ``host`` that no longer runs?
+
+    The process of this runner counts as alive (another Runner object in it may hold the
+    leases), as does one we cannot see (another host, a pid we may not signal).
+    """
+    parts = incarnation.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+class Runner:
+    """Runs hosted workflow types against a store.
+
+    Args:
+        store: where instances, the log and the tasks live.
+        workflows: the workflow classes this runner hosts (several versions may coexist).
+        options: see :class:`RunnerOptions`.
+        dependencies: keyword arguments each workflow object is constructed with
+            (clients, signers, …), so actions reach them through ``self``.
+        dags: the functions and queries DAG nodes call; given, the runner also runs the
+            node tasks of DAG instances of ``options.dag_types``.
+
+    Raises:
+        MissingDependencies: a hosted workflow declares a dependency (a class-level
+            annotation without a value, ``bank: Bank``) that ``dependencies`` lacks;
+            the error names each workflow and what it misses. Nothing is started.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        workflows: Sequence[type[Workflow[Any, Any]]],
+        *,
+        options: RunnerOptions | None = None,
+        dependencies: Mapping[str, Any] | None = None,
+        dags: Registry | None = None,
+    ) -> None:
+        self.store = store
+        self.opts = options or RunnerOptions()
+        self.dependencies = dict(dependencies or {})
+        # Every Runner object is its own incarnation (host:pid:random), the prefix of the
+        # lease token of each claim it takes: two runners given the same worker id never
+        # extend or release each other's leases (see :meth:`_release_dead_twins`).
+        self.incarnation = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.worker_id = self.opts.worker_id or self.incarnation
+        self.classes: dict[str, type[Workflow[Any, Any]]] = {}
+        for cls in workflows:
+            self.classes[cls.spec().workflow_type] = cls
+        self.types = tuple(
+            t
+            for t in sorted(self.classes)
+            if not self.opts.prefixes or any(matches_prefix(t, p) for p in self.opts.prefixes)
+        )
+        missing = {
+            t: sorted(self.classes[t].spec().dependencies - self.dependencies.keys())
+            for t in self.types
+        }
+        if any(missing.values()):
+            raise MissingDependencies({t: n for t, n in missing.items() if n}, [*self.dependencies])
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._startup: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._local = threading.local()
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self._timer_lock = threading.Lock()
+        self._timer: tuple[int | None, float] = (None, 0.0)
+        self.driver = MachineDriver(
+            store,
+            worker_id=self.worker_id,
+            lease=self.opts.lease,
+            dependencies=self.dependencies,
+            extend_leases=self._extend_leases,
+            stopping=self._stopping,
+            after_commit=self._deferred_nudge,
+            threads=self.opts.concurrency,
+        )
+        """Drives each claimed state-machine instance (public: the testing helpers use it)."""
+        self.dag_types: tuple[str, ...] = ()
+        self._dag: Any = None
+        self._drivers: dict[str, Callable[[Claim, bool], None]] = {
+            "machine": self._drive_machine,
+            "dag": self._drive_dag,
+        }
+        if dags is not None:
+            from .dag_executor import DagExecutor
+
+            self.dag_types = tuple(self.opts.dag_types)
+            self._dag = DagExecutor(
+                store,
+                dags,
+                worker=self.worker_id,
+                loop=self._loop,
+                threads=self.opts.concurrency,
+                workflows=self.classes,
+            )
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the start-up pass, the workers and the heartbeat in background threads."""
+        self.store.migrate()
+        if self.types:  # what SQL producers may start (docs/architecture.md, "The inbox")
+            self.store.register_types(self.types, by=self.worker_id)
+        if self.dag_types:  # every type is one kind only; a DAG type no runner hosts is told
+            self.store.register_types(self.dag_types, by=self.worker_id, kind="dag")
+        if self.opts.worker_id is not None:
+            self._release_dead_twins(self.opts.worker_id)
+        if self.opts.reconcile_on_start:
+            self._queue_startup()
+        for n in range(self.opts.concurrency):
+            t = threading.Thread(target=self._work, name=f"swf-worker-{n}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        hb = threading.Thread(target=self._heartbeat, name="swf-heartbeat", daemon=True)
+        hb.start()
+        self._threads.append(hb)
+        log.info(
+            "runner %s started: %d workers, types %s",
+            self.worker_id,
+            self.opts.concurrency,
+            list(self.types),
+        )
+
+    def _release_dead_twins(self, worker_id: str) -> None:
+        """Restarted under a stable id: hand back the leases of our previous lives.
+
+        Only of an incarnation known dead: one of this host whose process is gone. A
+        live twin (another process given the same id, here or on another host) keeps
+        its leases; those of a dead one elsewhere simply run out (nobody extends them).
+        """
+        host = socket.gethostname()
+        for incarnation in self.store.lease_incarnations(worker=worker_id):
+            if incarnation == self.incarnation or not _dead_here(incarnation, host):
+                continue
+            log.info("worker %s: releasing the leases of dead runner %s", worker_id, incarnation)
+            self.store.release(worker=worker_id, incarnation=incarnation)
+
+    def stop(self, timeout: float | None = 60.0) -> None:
+        """Stop claiming, let running steps finish, hand back what is not started."""
+        self._stopping.set()
+        self.store.wake()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self.driver.close()
+        if self._dag is not None:
+            self._dag.close()
+        log.info("runner %s stopped", self.worker_id)
+
+    def run(self, *, install_signal_handlers: bool = True) -> None:
+        """Run until SIGTERM/SIGINT (or :meth:`stop` from another thread)."""
+        if install_signal_handlers:
+
+            def _graceful(signum: int, frame: FrameType | None) -> None:
+                log.info("signal %d: stopping gracefully", signum)
+                self._stopping.set()
+
+            signal.signal(signal.SIGTERM, _graceful)
+            signal.signal(signal.SIGINT, _graceful)
+        self.start()
+        while not self._stopping.wait(0.5):
+            pass
+        self.stop()
+
+    def run_until_idle(self, *, timeout: float = 60.0, settle: float = 0.2) -> None:
+        """Run until nothing of the hosted types is due within ``settle`` seconds.
+
+        For scripts, examples and tests; a service uses :meth:`run`.
+        """
+        self.start()
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                due = self.store.next_due(types=self.types, dag_types=self.dag_types)
+                with self._busy_lock:
+                    busy = self._busy
+                if busy == 0 and self._startup.empty() and (due is None or due > settle):
+                    time.sleep(settle)
+                    due = self.store.next_due(types=self.types, dag_types=self.dag_types)
+                    with self._busy_lock:
+                        busy = self._busy
+                    if busy == 0 and (due is None or due > settle):
+                        return
+                time.sleep(0.01)
+            raise TimeoutError(f"work still pending after {timeout} s")
+        finally:
+            self.stop()
+
+    # -- threads ----------------------------------------------------------------------
+    def _queue_startup(self) -> None:
+        hosted = set(self.types)
+        skipped: set[str] = set()
+        for record in self.store.active():
+            try:
+                if not engine(record).resumes_on_start:
+                    continue  # a DAG: its open node tasks are simply due work
+            except InvalidState:
+                # A kind nobody knows (refused by the database since migration 012, so
+                # a row from before it): its claim quarantines it, with the reason.
+                pass
+            if record.type in hosted:
+                # A STALLED instance keeps its own schedule unless its workflow can ask the
+                # outside world whether the condition it waits for has changed.
+                cls = self.classes[record.type]
+                if record.status == Status.RUNNING or cls.spec().has_reconcile:
+                    self._startup.put(record.id)
+            elif record.type not in skipped:
+                skipped.add(record.type)
+                log.info(
+                    "type %s is not hosted by this runner; its instances are left for one "
+                    "that hosts it",
+                    record.type,
+                )
+
+    def _heartbeat(self) -> None:
+        """Extend our leases every lease/3 s, on a thread of its own.
+
+        It needs the interpreter only for a moment per beat, and Python switches threads
+        every few milliseconds even under a busy pure-Python action; what can starve it
+        is one C call that holds the GIL for longer than the lease (a huge ``**``). Then
+        the lease may lapse and another runner claim the instance: the late beat says so
+        (WARNING), and the action's completion is refused by the claim's fence
+        (LeaseLost, logged at WARNING with the instance id), never written twice.
+        """
+        interval = max(0.05, self.opts.lease / 3)
+        last = time.monotonic()
+        while not self._stopping.wait(interval):
+            late = time.monotonic() - last
+            if late >= self.opts.lease:
+                log.warning(
+                    "runner %s: heartbeat ran %.1f s after the last one (lease %.1f s): "
+                    "leases may have lapsed; a step whose claim was taken over will not "
+                    "be able to commit",
+                    self.worker_id,
+                    late,
+                    self.opts.lease,
+                )
+            last = time.monotonic()
+            try:
+                self._extend_leases()
+            except StoreUnavailable as exc:
+                # The store logs the database going away and coming back, once each.
+                log.debug("heartbeat failed (will retry): %s", exc)
+            except Exception:
+                log.exception("heartbeat failed (will retry)")
+
+    def _extend_leases(self) -> int:
+        return self.store.heartbeat(
+            worker=self.worker_id,
+            lease=self.opts.lease,
+            log_every=self.opts.heartbeat_log_every,
+            incarnation=self.incarnation,
+        )
+
+    def _work(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                if not self._startup.empty():
+                    try:
+                        instance_id = self._startup.get_nowait()
+                    except queue.Empty:
+                        continue
+                    claim = self.store.claim_instance(
+                        instance_id,
+                        worker=self.worker_id,
+                        lease=self.opts.lease,
+                        incarnation=self.incarnation,
+                    )
+                    if claim is not None:
+                        self._run_claim(claim, startup=True)
+                    continue
+                claims = (
+                    self.store.claim(
+                        worker=self.worker_id,
+                        types=self.types,
+                        lease=self.opts.lease,
+                        incarnation=self.incarnation,
+                    )
+                    if self.types  # a DAG-only runner: no empty-list claim per idle loop
+                    else []
+                )
+                if not claims and self.dag_types:
+                    claims = self.store.dag_claim(
+                        worker=self.worker_id,
+                        types=self.dag_types,
+                        lease=self.opts.lease,
+                        incarnation=self.incarnation,
+                    )
+                if not claims:
+                    wait = self._idle_wait(
+                        self.store.next_due(types=self.types, dag_types=self.dag_types)
+                    )
+                    if wait > 0:
+                        self.store.wait_for_work(wait)
+                        self._local.held_timer = self._release_timer()
+                    continue
+                # There may be more where that came from: pass the baton to one more worker.
+                # A resume of a waiting instance (a timer, a signal) passes it after its
+                # deliver commit instead: the woken worker's claim and next_due would
+                # otherwise compete with that commit (docs/architecture.md, "Waking up").
+                # Not when the claim saw nothing else due, unless this worker was the
+                # timer holder (another idle worker must take the timer over).
+                held_timer = getattr(self._local, "held_timer", False)
+                self._local.held_timer = False
+                if not held_timer and not any(c.more for c in claims):
+                    pass
+                elif all(not c.started and c.instance.waiting is not None for c in claims):
+                    self._local.nudge = True
+                else:
+                    self.store.nudge()
+                for claim in claims:
+                    self._run_claim(claim, startup=False)
+                self._deferred_nudge()  # if no commit passed it on
+            except StoreUnavailable as exc:
+                log.debug("worker loop: %s (continuing)", exc)  # the store says it once
+                self._stopping.wait(0.5)
+            except Exception:
+                log.exception("worker loop error (continuing)")
+                self._stopping.wait(0.5)
+        self.driver.close_loop()
+
+    def _deferred_nudge(self) -> None:
+        """Pass on the baton this worker's claim held back, if it still holds it."""
+        if getattr(self._local, "nudge", False):
+            self._local.nudge = False
+            self.store.nudge()
+
+    def _idle_wait(self, due: float | None) -> float:
+        """How long an idle worker sleeps before it looks for due work again.
+
+        One worker of this runner (the timer holder) sleeps until the next due time (a
+        timer, a back-off); the others sleep until a wake-up or the safety poll
+        (``idle_poll``). So a timer wakes one thread, not the whole pool; the holder that
+        claims work passes the baton (``nudge``) and the next idle worker takes the timer.
+        """
+        poll = self.opts.idle_poll
+        if due is None or due >= poll:
+            return poll
+        if due <= 0:
+            return 0.0
+        me = threading.get_ident()
+        at = time.monotonic() + due
+        with self._timer_lock:
+            holder, holder_at = self._timer
+            if holder is None or holder == me or at < holder_at:
+                self._timer = (me, at)
+                return due
+        return poll
+
+    def _release_timer(self) -> bool:
+        """Give up the timer (if this worker held it); True if it did."""
+        with self._timer_lock:
+            if self._timer[0] == threading.get_ident():
+                self._timer = (None, 0.0)
+                return True
+            return False
+
+    def _run_claim(self, claim: Claim, *, startup: bool) -> None:
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            # The kind picks the driver; a task whose kind differs from its instance's is
+            # a row that lies about itself (written by hand): never run it.
+            drive = self._drivers.get(claim.instance.kind)
+            if drive is None or claim.task.kind != claim.instance.kind:
+                self._cannot_run(claim)
+            else:
+                drive(claim, startup)
+        except LeaseLost as exc:
+            log.warning(
+                "instance %s: lease lost, this runner's outcome was not committed: %s",
+                claim.instance.id,
+                exc,
+            )
+        except DataRejected as exc:
+            # The instance's data, not the database: running it again would write the same
+            # value again, forever. Set it aside (dead-lettered, with the reason).
+            log.error("instance %s: the database refused its data: %s", claim.instance.id, exc)
+            self.store.quarantine(
+                claim.instance.id,
+                reason=f"the database refused the instance's data: {exc}",
+                worker=self.worker_id,
+            )
+        except StoreError as exc:
+            # The database, not the instance, is the problem: never quarantine for it.
+            log.log(
+                logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
+                "instance %s: store unavailable (%s); handing it back",
+                claim.instance.id,
+                exc,
+            )
+            self._hand_back(claim.instance.id, claim.task.lease_token)
+        except Exception as exc:
+            log.exception("instance %s: runner error; quarantining", claim.instance.id)
+            self.store.quarantine(
+                claim.instance.id, reason=f"runner error: {exc!r}", worker=self.worker_id
+            )
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+
+    def _hand_back(self, instance_id: str, token: str | None) -> None:
+        """Release a claim abandoned for a store error, once the store answers again.
+
+        Our heartbeats extend every lease this runner holds, so an abandoned claim would
+        otherwise never lapse. Until the release succeeds this thread does nothing else
+        (there is nothing else it could do while the database is away); on shutdown the
+        lease simply runs out. The release is fenced by the claim's lease token: a newer
+        claim of the instance (ours after a lapse, or anybody's) is never handed back.
+
+        After the release the thread backs off before it claims again (0.5 to 1.5 s,
+        random): the instance it handed back is due at once, and a store that fails
+        every commit would otherwise have its step run again in a tight loop.
+        """
+        delay = 0.1
+        while not self._stopping.is_set():
+            try:
+                self.store.release(
+                    worker=self.worker_id,
+                    instance_ids=[instance_id],
+                    token=token,
+                    incarnation=self.incarnation,
+                )
+                self._stopping.wait(random.uniform(0.5, 1.5))
+                return
+            except StoreError as exc:
+                log.log(
+                    logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
+                    "instance %s: release failed (%s); retrying",
+                    instance_id,
+                    exc,
+                )
+            self._stopping.wait(delay)
+            delay = min(delay * 2, 2.0)
+
+    # -- driving one instance ---------------------------------------------------------
+    def _drive_machine(self, claim: Claim, startup: bool) -> None:
+        cls = self.classes.get(claim.instance.type)
+        if cls is None:
+            # Claims filter on type, so this is a row that lies about itself (a DAG named
+            # after a state machine, or written by hand): never run it.
+            self._cannot_run(claim)
+            return
+        self.driver.drive(claim, cls, startup=startup)
+
+    def _drive_dag(self, claim: Claim, startup: bool) -> None:
+        if self._dag is None or claim.instance.type not in self.dag_types:
+            self._cannot_run(claim)
+            return
+        self._dag.run(claim)  # a node task: no start-up pass (see _queue_startup)
+
+    def _cannot_run(self, claim: Claim) -> None:
+        inst = claim.instance
+        reason = (
+            f"this runner cannot run a {claim.task.kind} task of type {inst.type!r} "
+            f"(instance kind {inst.kind!r}; hosted state machines: {list(self.types)}, "
+            f"DAG types: {list(self.dag_types)})"
+        )
+        log.error("instance %s: %s; quarantined", inst.id, reason)
+        self.store.quarantine(inst.id, reason=reason, worker=self.worker_id)
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """This worker thread's event loop (for ``async def`` actions and DAG handlers)."""
+        return self.driver.loop()
