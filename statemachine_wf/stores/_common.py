@@ -351,20 +351,37 @@ class Wakeup:
 
     A worker that claims something calls :meth:`nudge` to pass the baton on, so a burst
     is picked up by as many workers as it needs and a single task costs a single claim.
+
+    A nudge with no worker asleep is remembered (one, not a count) and the next
+    :meth:`wait` returns at once: otherwise a worker whose claim read just before a commit
+    and that goes to sleep just after its notification would sleep through it until the
+    safety poll, with the new task due and nobody awake to take it.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
+        self._sleeping = 0
+        self._missed = False
 
     def wait(self, timeout: float) -> bool:
-        """Sleep up to ``timeout`` s; True when woken rather than timed out."""
+        """Sleep up to ``timeout`` s; True when woken (or a wake-up was missed)."""
         with self._cond:
-            return self._cond.wait(timeout=timeout)
+            if self._missed:
+                self._missed = False
+                return True
+            self._sleeping += 1
+            try:
+                return self._cond.wait(timeout=timeout)
+            finally:
+                self._sleeping -= 1
 
     def nudge(self) -> None:
-        """Wake one sleeping worker."""
+        """Wake one sleeping worker, or the next one to sleep."""
         with self._cond:
-            self._cond.notify(1)
+            if self._sleeping:
+                self._cond.notify(1)
+            else:
+                self._missed = True
 
     def wake_all(self) -> None:
         """Wake every sleeping worker (shutdown)."""
