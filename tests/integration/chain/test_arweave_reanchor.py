@@ -93,3 +93,39 @@ def test_expired_anchor_is_re_prepared_once_and_only_the_new_upload_is_paid(
         if e.event_type == "STEP_COMPLETED" and e.node == "UPLOAD_EVIDENCE"
     ]
     assert len(uploads) == 1
+
+
+class AcceptedThenRefused(ArweaveClient):
+    """The gateway takes the first post, then the answer that reaches the step is an
+    anchor refusal (a load-balanced gateway whose second backend saw the post late)."""
+
+    posted: list[str]
+
+    def post(self, prepared: PreparedTx) -> UploadResult:
+        result = super().post(prepared)
+        if not self.posted:
+            self.posted.append(prepared.tx_id)
+            raise InvalidTransaction("post tx: rejected: invalid anchor (last_tx)", status_code=400)
+        return result
+
+
+def test_a_refused_anchor_whose_upload_exists_is_not_signed_again(chain_env: Env) -> None:
+    """The old id is checked before anything is signed anew: it exists, so nothing more
+    is prepared or paid, and the chain carries the old id."""
+    env = chain_env
+    flaky = AcceptedThenRefused(env.arlocal.url, env.wallet, timeout=10.0)
+    flaky.posted = []
+    balance = env.arweave.balance()
+    run_id = env.client.start(QuickWork, work_input(1, env.signer.address, tag="anchor"))
+    try:
+        env.run(arweave=flaky)
+    finally:
+        flaky.close()
+    record = env.client.get(run_id)
+    assert record.status == Status.COMPLETED, record.error
+    old_id = record.progress["arweave_tx_id"]
+    assert flaky.posted == [old_id]
+    assert record.progress.get("arweave_reanchored_1") is None  # nothing signed anew
+    assert balance - env.arweave.balance() == record.progress["arweave_reward"]  # paid once
+    (event,) = env.work_events()
+    assert event.args.evidenceId == f"ar://{old_id}"
