@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 VPY := $(VENV)/bin/python
 
-.PHONY: demo install test check bench venv
+.PHONY: demo install test check bench venv contracts
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -16,7 +16,9 @@ venv: $(VPY)
 demo: venv  ## install, then run the payout example and the ChaosChain example (anvil + arlocal) on SQLite
 	$(VPY) -m pip install -q -e '.[postgres,ethereum,arweave,dag]'
 	npm install --no-audit --no-fund --loglevel=error
+	$(MAKE) contracts
 	$(VPY) -m examples.payouts
+	$(VPY) -m examples.token_payout
 	$(VPY) -m examples.chaoschain
 
 # npm install, not npm ci: npm ci refuses a lock that lacks anvil's builds for other
@@ -26,6 +28,10 @@ install: venv  ## install the package with every extra, the npm peers, and Debia
 	$(VPY) -m pip install -q -e '.[dev,bench]'
 	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y --no-install-recommends chromium chromium-driver; }
 	npm install --no-audit --no-fund --loglevel=error
+	$(MAKE) contracts
+
+contracts:  ## compile examples/contracts/*.sol with the pinned solc from npm (deterministic: the committed artifacts)
+	npm run --silent build:contracts
 
 test: install  ## install everything and run every test
 	$(VPY) -m pytest -q

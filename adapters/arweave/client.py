@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -36,7 +37,14 @@ from statemachine_wf.adapters.arweave.transaction import (
 from statemachine_wf.adapters.arweave.wallet import ArweaveWallet
 from statemachine_wf.definition.redact import install_log_redaction, redact_text, redact_url
 
-__all__ = ["DEFAULT_INLINE_LIMIT", "ArStatus", "ArweaveClient", "StatusKind", "UploadResult"]
+__all__ = [
+    "ANCHOR_DEPTH",
+    "DEFAULT_INLINE_LIMIT",
+    "ArStatus",
+    "ArweaveClient",
+    "StatusKind",
+    "UploadResult",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +53,12 @@ logger = logging.getLogger(__name__)
 # and arlocal serves inline data back more reliably than chunks (it de-duplicates
 # chunks by content when it reassembles them, so repeated 256 KiB blocks vanish).
 DEFAULT_INLINE_LIMIT = 8 * 1024 * 1024
+
+# A block anchor (``last_tx``) is accepted while it is one of the last 50 blocks
+# (Arweave's MAX_TX_ANCHOR_DEPTH; arlocal applies the same window).
+ANCHOR_DEPTH = 50
+
+_B64URL = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 StatusKind = Literal["pending", "confirmed", "not_found"]
 
@@ -200,6 +214,38 @@ class ArweaveClient:
             return int(text)
         except ValueError:
             raise GatewayUnavailable("price: not a number", body=text) from None
+
+    def height(self) -> int:
+        """Return the gateway's current block height (``GET /info``)."""
+        text = self._get_text("/info", "info")
+        try:
+            return int(json.loads(text)["height"])
+        except (ValueError, KeyError, TypeError):
+            raise GatewayUnavailable("info: no height", body=text) from None
+
+    def anchor_too_old(self, anchor: str) -> bool:
+        """Whether the block anchor ``anchor`` has left the last :data:`ANCHOR_DEPTH` blocks.
+
+        A gateway refuses a transaction so anchored, but not every gateway says why
+        (arlocal answers a bare ``400 Bad Request``): this asks the block's height
+        (``GET /block/hash/<anchor>``) and the current one. False when the anchor is not
+        a block the gateway knows (an empty anchor, or a wallet's last transaction id).
+
+        Raises:
+            GatewayUnavailable: the gateway could not be asked.
+        """
+        if not _B64URL.match(anchor):
+            return False
+        resp = self._request("GET", f"/block/hash/{anchor}")
+        if resp.status_code == 404:
+            return False
+        if resp.status_code != 200:
+            raise self._error_for(resp, "block")
+        try:
+            block_height = int(resp.json()["height"])
+        except (ValueError, KeyError, TypeError):
+            raise GatewayUnavailable("block: no height", body=resp.text) from None
+        return self.height() - block_height >= ANCHOR_DEPTH
 
     def balance(self, address: str | None = None) -> int:
         """Return a wallet's balance in winston.

@@ -19,9 +19,11 @@ step                failure                      behaviour
 UPLOAD_EVIDENCE     network error                ``GatewayUnavailable`` -> Retry with backoff
 UPLOAD_EVIDENCE     Arweave rejects (invalid)    ``InvalidTransaction`` -> FAILED
 UPLOAD_EVIDENCE     Arweave rejects (no funds)   ``InsufficientFunds`` -> STALLED
-UPLOAD_EVIDENCE     the anchor expired           the old id is checked (unknown to the
-                                                 gateway, so never mined); only then a new
-                                                 transaction is signed, saved, posted
+UPLOAD_EVIDENCE     the anchor expired           (the refusal says so, or the anchor's
+                                                 block is ``ANCHOR_DEPTH`` deep) the old id
+                                                 is checked (unknown to the gateway, so
+                                                 never mined); only then a new transaction
+                                                 is signed, saved, posted
 ==================  ===========================  ============================================
 
 The signed record (public fields only) is saved *before* the post: a signature is
@@ -199,7 +201,10 @@ class ArweaveEvidence:
         try:
             self.arweave.post(prepared)
         except InvalidTransaction as exc:
-            if not anchor_expired(exc):
+            # A gateway may say why (the text), or only refuse: then the anchor's age is
+            # asked; any other refusal stays what it is (FAILED).
+            anchor = str(prepared.header.get("last_tx") or "")
+            if not (anchor_expired(exc) or self.arweave.anchor_too_old(anchor)):
                 raise
             return self._reanchor(ctx, data, prepared.tx_id, exc)
         return self.evidence_next

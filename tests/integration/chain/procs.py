@@ -18,8 +18,11 @@ REPO = Path(__file__).resolve().parents[3]
 class Workers:
     """Start ``worker_main.py`` processes; every one still alive is killed on exit."""
 
-    def __init__(self, log_dir: Path, common: list[str], private_key: str) -> None:
+    def __init__(
+        self, log_dir: Path, common: list[str], private_key: str, script: Path = WORKER
+    ) -> None:
         self.log_dir = log_dir
+        self.script = script
         self.common = common
         self.env = {**os.environ, "SWF_ETH_PRIVATE_KEY": private_key}
         self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
@@ -46,7 +49,7 @@ class Workers:
     ) -> subprocess.Popen[bytes]:
         """Start a runner; return once it has opened its store."""
         log = self.log_dir / f"{worker_id}-{len(self.procs)}.log"
-        cmd = [sys.executable, str(WORKER), *self.common, "--worker-id", worker_id, *extra]
+        cmd = [sys.executable, str(self.script), *self.common, "--worker-id", worker_id, *extra]
         with log.open("wb") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, cwd=REPO, env=self.env)
         self.procs.append((proc, log))

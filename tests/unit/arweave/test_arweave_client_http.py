@@ -288,3 +288,44 @@ def test_a_gateway_that_never_answers_times_out(silent_server: int) -> None:
         client.status(TX)
     assert time.monotonic() - started < 3
     assert info.value.retryable
+
+
+ANCHOR = "b" * 64
+
+
+@pytest.mark.parametrize(("block", "head", "too_old"), [(10, 59, False), (10, 60, True)])
+def test_anchor_too_old_compares_the_anchor_block_with_the_head(
+    block: int, head: int, too_old: bool
+) -> None:
+    # Accepted while one of the last 50 blocks (heads 10..59 for a block at 10).
+    client = client_for(
+        routes(
+            {
+                ("GET", f"/block/hash/{ANCHOR}"): httpx.Response(200, json={"height": block}),
+                ("GET", "/info"): httpx.Response(200, json={"height": head}),
+            }
+        )
+    )
+    assert client.anchor_too_old(ANCHOR) is too_old
+
+
+def test_anchor_too_old_is_false_for_an_anchor_that_is_not_a_known_block() -> None:
+    seen: list[str] = []
+    client = client_for(routes({}, seen))  # every path 404
+    assert client.anchor_too_old(ANCHOR) is False  # e.g. a wallet's last transaction id
+    assert client.anchor_too_old("") is False
+    assert client.anchor_too_old("../info") is False  # never sent as a path
+    assert seen == [f"GET /block/hash/{ANCHOR}"]
+
+
+def test_anchor_too_old_raises_when_the_gateway_cannot_say() -> None:
+    client = client_for(
+        routes(
+            {
+                ("GET", f"/block/hash/{ANCHOR}"): httpx.Response(200, json={"height": 1}),
+                ("GET", "/info"): httpx.Response(503, text="busy"),
+            }
+        )
+    )
+    with pytest.raises(GatewayUnavailable):
+        client.anchor_too_old(ANCHOR)

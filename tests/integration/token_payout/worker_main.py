@@ -1,0 +1,148 @@
+"""A TokenPayout runner process, with SIGKILL at one chosen boundary.
+
+    python worker_main.py --url URL --rpc URL --token ADDR --worker-id ID
+        [--chaos POINT] [--confirmations N] [--concurrency N]
+
+The treasury's key comes from ``SWF_ETH_PRIVATE_KEY`` (never the command line).
+``--chaos`` kills this process with SIGKILL the first time the run reaches the boundary,
+by wrapping the real store, client and signer (no test hook in the product code):
+
+* ``before_save``            transaction signed, its record not saved;
+* ``after_save``             the record's commit (``tx_N``) done, nothing broadcast;
+* ``before_broadcast``       about to hand the recorded bytes to the node;
+* ``after_broadcast``        the node has them, no receipt looked at;
+* ``before_confirm_commit``  AWAIT_TX_CONFIRM returned COMPLETED, not committed;
+* ``after_confirm_commit``   that completion committed.
+
+Prints ``READY <worker id>`` once the store is open, then serves until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from examples.token_payout import TokenPayout
+from statemachine_wf import Runner, RunnerOptions
+from statemachine_wf.adapters.ethereum import EthereumClient, LocalSigner, SignedTx
+from statemachine_wf.core.store import Commit
+from statemachine_wf.definition.events import Ev
+from statemachine_wf.stores.sqlite import SQLiteStore
+from tests.integration.token_payout.conftest import settings_for
+
+POINTS = (
+    "before_save",
+    "after_save",
+    "before_broadcast",
+    "after_broadcast",
+    "before_confirm_commit",
+    "after_confirm_commit",
+)
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class ChaosStore(SQLiteStore):
+    point: str | None = None
+
+    def apply(self, commit: Commit) -> int:
+        events = commit.decision.events
+        saves_tx = any(
+            e.event_type == Ev.PROGRESS_SET
+            and any(k.startswith("tx_") for k in e.payload.get("progress", {}))
+            for e in events
+        )
+        confirms = any(
+            e.event_type == Ev.STEP_COMPLETED and e.node == "AWAIT_TX_CONFIRM" for e in events
+        )
+        if confirms and self.point == "before_confirm_commit":
+            die()
+        version: int = super().apply(commit)
+        if (saves_tx and self.point == "after_save") or (
+            confirms and self.point == "after_confirm_commit"
+        ):
+            die()
+        return version
+
+
+class ChaosEth(EthereumClient):
+    def __init__(self, base: EthereumClient, point: str | None) -> None:
+        super().__init__(base.w3)
+        self.point = point
+
+    def send_raw(self, raw: SignedTx | bytes | str) -> str:
+        if self.point == "before_broadcast":
+            die()
+        tx_hash = super().send_raw(raw)
+        if self.point == "after_broadcast":
+            die()
+        return tx_hash
+
+
+class ChaosSigner:
+    def __init__(self, inner: LocalSigner, point: str | None) -> None:
+        self.inner = inner
+        self.point = point
+
+    @property
+    def address(self) -> Any:
+        return self.inner.address
+
+    def sign_transaction(self, tx: Mapping[str, Any]) -> SignedTx:
+        signed = self.inner.sign_transaction(tx)
+        if self.point == "before_save":
+            die()
+        return signed
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--rpc", required=True)
+    p.add_argument("--token", required=True)
+    p.add_argument("--worker-id", required=True)
+    p.add_argument("--lease", type=float, default=5.0)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--confirmations", type=int, default=1)
+    p.add_argument("--chaos", choices=POINTS)
+    args = p.parse_args()
+    logging.basicConfig(
+        level=logging.WARNING, format=f"%(asctime)s {args.worker_id} %(name)s %(message)s"
+    )
+    store = ChaosStore(args.url.removeprefix("sqlite:///"))
+    store.point = args.chaos
+    store.migrate()
+    eth = ChaosEth(EthereumClient.from_url(args.rpc, timeout=5.0), args.chaos)
+    signer = ChaosSigner(LocalSigner.from_env("SWF_ETH_PRIVATE_KEY"), args.chaos)
+    settings = settings_for(args.token, signer.address, confirmations=args.confirmations)
+    runner = Runner(
+        store,
+        [TokenPayout],
+        options=RunnerOptions(
+            concurrency=args.concurrency, lease=args.lease, worker_id=args.worker_id, idle_poll=0.2
+        ),
+        dependencies={
+            "eth": eth,
+            "signers": {signer.address.lower(): signer},
+            "payouts": settings,
+        },
+    )
+    print(f"READY {args.worker_id}", flush=True)
+    try:
+        runner.run()  # until SIGTERM
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    main()
