@@ -70,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     inbox.add_argument("--quick", action="store_true", help="smoke run: small counts")
     inbox.add_argument("--only", default="", help="comma-separated case names")
     inbox.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+    inbox.add_argument(
+        "--ids",
+        choices=("v7", "v4"),
+        default="v7",
+        help="instance ids of the claim cases' rows: v7 as the library makes them, v4 random",
+    )
 
     sig = sub.add_parser("signals", help="timer lateness p50/p99 with an idle runner")
     sig.add_argument("--n", type=int, default=200, help="timers per store")
@@ -102,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = ib.Settings.quick() if args.quick else ib.Settings()
         if args.dsn:
             settings.dsn = args.dsn
+        settings.ids = args.ids
         wanted = [x.strip() for x in args.only.split(",") if x.strip()] or None
 
         def log_inbox(msg: str) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from statemachine_wf.definition.ids import new_instance_id
 from statemachine_wf.definition.workflow import COMPLETED, Workflow, step
 from statemachine_wf.runtime.context import StepContext
 
@@ -78,6 +79,7 @@ class Settings:
     pending: int = 100_000
     finished: int = 1_000_000
     concurrency: int = 8
+    ids: str = "v7"  # the claim cases' instance ids: "v7" (new_instance_id) or "v4" (random)
     dsn: str = field(default_factory=pg_dsn)
 
     @classmethod
@@ -285,7 +287,8 @@ _FINISHED_SQL = """
 WITH ins AS (
     INSERT INTO wf_instances (id, type, kind, status, step, input, version, created_at,
                               updated_at)
-    SELECT gen_random_uuid(), 'bench.inbox.v1', 'machine', 'COMPLETED', 'c',
+    SELECT CASE WHEN %(v7)s THEN {v7} ELSE gen_random_uuid() END,
+           'bench.inbox.v1', 'machine', 'COMPLETED', 'c',
            jsonb_build_object('n', g), 7, now() - interval '1 day', now() - interval '1 day'
     FROM generate_series(1, %(n)s) AS g
     RETURNING id
@@ -295,20 +298,52 @@ SELECT id, e, '{}'::jsonb FROM ins, unnest(ARRAY['WORKFLOW_CREATED', 'WORKFLOW_C
 """
 
 
+# A UUIDv7-like id a day old, in the order of g (bench data only: index order is what counts).
+_V7_SQL = """encode(overlay(uuid_send(gen_random_uuid())
+                    PLACING substring(int8send(
+                        (extract(epoch FROM now() - interval '1 day') * 1000)::bigint + g)
+                        FROM 3)
+                    FROM 1 FOR 6), 'hex')::uuid"""
+_FINISHED_SQL = _FINISHED_SQL.replace("{v7}", _V7_SQL)
+
+
+def _ids(s: Settings, n: int) -> list[str]:
+    """n new instance ids of the kind the run compares (--ids)."""
+    if s.ids == "v4":
+        return [str(uuid.uuid4()) for _ in range(n)]
+    return [new_instance_id() for _ in range(n)]
+
+
 def load_inbox(s: Settings, schema: str, log: Callable[[str], None]) -> None:
     """Fill the schema with ``finished`` COMPLETED instances and ``pending`` due ones."""
     with _conn(s.dsn, schema) as conn:
         t0 = time.perf_counter()
-        conn.execute(_FINISHED_SQL, {"n": s.finished})
+        conn.execute(_FINISHED_SQL, {"n": s.finished, "v7": s.ids == "v7"})
         log(f"  {s.finished:,} finished instances in {time.perf_counter() - t0:.0f} s")
         t0 = time.perf_counter()
         for base in range(0, s.pending, 1000):
-            ids = [str(uuid.uuid4()) for _ in range(1000)]
+            ids = _ids(s, 1000)
             raw_batch(conn, ids, [{"n": base + i} for i in range(1000)])
         # Steady state: without it autovacuum of the bulk load runs during the drain.
         conn.execute("VACUUM (ANALYZE)")
         took = time.perf_counter() - t0
         log(f"  {s.pending:,} pending instances in {took:.0f} s (+ VACUUM ANALYZE)")
+
+
+_IO_SQL = """
+SELECT coalesce(sum(idx_blks_read), 0) + coalesce(sum(heap_blks_read), 0),
+       coalesce(sum(idx_blks_hit), 0) + coalesce(sum(heap_blks_hit), 0)
+FROM pg_statio_user_tables WHERE schemaname = %(schema)s
+"""
+
+
+def _blocks(s: Settings, schema: str) -> tuple[int, int]:
+    """The schema's buffer reads (not in shared_buffers) and hits so far, tables + indexes.
+    Counted per schema, so unlike steps/s they barely depend on the neighbours."""
+    time.sleep(1.2)  # backends flush their statistics at most once a second
+    with _conn(s.dsn, schema) as conn:
+        read, hit = conn.execute(_IO_SQL, {"schema": schema}).fetchone()
+    return int(read), int(hit)
 
 
 def drain(s: Settings, schema: str, label: str) -> Row:
@@ -318,12 +353,13 @@ def drain(s: Settings, schema: str, label: str) -> Row:
 
     store = _store(s.dsn, schema, pool=s.concurrency + 4)
     with _conn(s.dsn, schema) as conn:
-        ids = [str(uuid.uuid4()) for _ in range(s.drain)]
+        ids = _ids(s, s.drain)
         for base in range(0, s.drain, 1000):
             chunk = ids[base : base + 1000]
             raw_batch(conn, chunk, [{"n": i} for i in range(len(chunk))])
     _done, _want = 0, s.drain
     _target.clear()
+    read0, hit0 = _blocks(s, schema)
     runner = Runner(store, [Drained], options=RunnerOptions(concurrency=s.concurrency, lease=30.0))
     thread = threading.Thread(
         target=runner.run, kwargs={"install_signal_handlers": False}, daemon=True
@@ -335,7 +371,13 @@ def drain(s: Settings, schema: str, label: str) -> Row:
     runner.stop()
     thread.join(timeout=60)
     store.close()
-    note = "" if finished else f"timed out with {_done} done"
+    read1, hit1 = _blocks(s, schema)
+    steps = s.drain * 3
+    note = (
+        f"blocks/step: {(read1 - read0) / steps:.2f} read, {(hit1 - hit0) / steps:.1f} hit"
+        if finished
+        else f"timed out with {_done} done"
+    )
     return Row("claim throughput", label, s.drain * 3, seconds, note)
 
 

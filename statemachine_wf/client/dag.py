@@ -9,7 +9,6 @@ definition from its own log, so saving a new version never changes it.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from ..definition.checks import check_id, check_priority, check_text
 from ..definition.dag_definition import DagDefinition
 from ..definition.dag_models import check, load
 from ..definition.events import EventRecord, Status
+from ..definition.ids import new_instance_id
 from ..definition.limits import check_payload, check_value
 from ..errors import InputError, InvalidState, NotFound, TypeKindConflict
 from ..runtime import operations
@@ -164,7 +164,7 @@ class DagClient:
         }
         new_id, created_now = self.store.dag_create(
             NewDagInstance(
-                id=instance_id or str(uuid.uuid4()),
+                id=instance_id or new_instance_id(),
                 type=definition.type,
                 input=data,
                 start=graph.start,

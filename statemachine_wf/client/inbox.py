@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..core.store import RESOLVE_ON_CLAIM, NewInstance, Store
 from ..definition.events import Status
+from ..definition.ids import new_instance_id
 from ..definition.limits import check_payload
 from ..definition.workflow import Workflow
 from ..errors import InputError, InvalidState, NotFound, UnknownWorkflowType
@@ -112,7 +112,7 @@ def _start_envelope(client: Producer, letter_id: int, envelope: dict[str, Any]) 
     check_payload(f"dead letter {letter_id} input", envelope["input"])
     new_id, _ = client.store.create(
         NewInstance(
-            id=str(uuid.uuid4()),
+            id=new_instance_id(),
             type=type_name,
             input=envelope["input"],
             initial=RESOLVE_ON_CLAIM,

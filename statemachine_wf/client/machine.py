@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -30,6 +29,7 @@ from ..definition.checks import (  # re-exported: callers import these from here
     invalid_input,
 )
 from ..definition.events import EventRecord, Status
+from ..definition.ids import new_instance_id
 from ..definition.limits import check_payload, check_value
 from ..definition.workflow import SIGNAL_PATTERN, Workflow, WorkflowSpec
 from ..errors import (
@@ -75,7 +75,7 @@ def _new_instance(
 ) -> NewInstance:
     """What ``start`` and ``start_many`` write for one validated, size-checked input."""
     return NewInstance(
-        id=instance_id or str(uuid.uuid4()),
+        id=instance_id or new_instance_id(),
         type=spec.workflow_type,
         input=payload,
         initial=spec.initial,

@@ -24,7 +24,6 @@ import concurrent.futures
 import contextvars
 import functools
 import inspect
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -49,6 +48,7 @@ from ..definition.dag_definition import (
 from ..definition.dag_expressions import EXPRESSION_ERRORS, ExpressionLimit, evaluate, frozen_copy
 from ..definition.dag_templates import resolve
 from ..definition.events import Status
+from ..definition.ids import new_instance_id
 from ..definition.limits import check_payload
 from ..errors import DefinitionError, Fail, InputError
 
@@ -467,7 +467,7 @@ async def _sub_workflow(call: NodeCall) -> NodeResult:
     check_payload(f"sub-workflow {spec.workflow_type} input", child_input)
     child_id, _ = call.store.create(
         NewInstance(
-            id=str(uuid.uuid4()),
+            id=new_instance_id(),
             type=spec.workflow_type,
             input=child_input,
             initial=spec.initial,

@@ -32,6 +32,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "definition.config",
         "definition.redact",
         "definition.limits",
+        "definition.ids",
         "definition.retry",
         "definition.workflow",
         "definition.checks",
