@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..client.machine import Client
+from . import output
 from .formatting import _when
 
 
@@ -20,6 +21,26 @@ def signers(client: Client, args: argparse.Namespace) -> None:
         return
     if not queues:
         print("no signer slot is held (every signer is idle)")
+        return
+    if output.tty():
+        output.print_table(
+            "signer slots",
+            ["signer", "chain", "holder", "since (UTC)", "pending hash", "nonce", "age", "waiting"],
+            [
+                (
+                    q.signer,
+                    q.chain_id,
+                    f"{q.holder} {q.holder_type or '?'} {q.holder_status or 'gone'}"
+                    f" at {q.holder_step or '-'}",
+                    _when(q.held_since),
+                    q.pending_hash or "nothing signed yet",
+                    q.last_nonce,
+                    _age(q.pending_age),
+                    "\n".join(q.waiting) or "0",
+                )
+                for q in queues
+            ],
+        )
         return
     for q in queues:
         print(f"signer {q.signer}  chain {q.chain_id}")
