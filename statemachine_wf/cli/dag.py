@@ -226,6 +226,8 @@ def stop(dags: DagClient, args: argparse.Namespace) -> None:
     try:
         dags.stop_test_run(args.id)
     except NotFound as exc:
+        if not str(exc).startswith("no test run"):
+            raise  # not an id at all: its own message says why
         raise NotFound(
             f"{exc}: stop deletes test runs only; cancel a saved definition's run with "
             f"`statemachine-wf cancel {args.id}`"
