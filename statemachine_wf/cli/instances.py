@@ -75,7 +75,9 @@ def status(client: Client, store: Store, args: argparse.Namespace) -> None:
 
 def history(client: Client, args: argparse.Namespace) -> None:
     events = client.history(args.id)
-    if args.lifecycle:  # wins over --json: the lifecycle view has no JSON form
+    if args.lifecycle and args.json:  # each event with its lifecycle name
+        output.print_json([{"lifecycle": name, **_event_dict(e)} for name, e in lifecycle(events)])
+    elif args.lifecycle:
         for name, e in lifecycle(events):
             who = f" by {e.worker}" if e.worker else ""
             print(f"{e.seq:>8} {_when(e.created_at)} {name} ({e.event_type}){who}")

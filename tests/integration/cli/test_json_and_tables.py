@@ -67,6 +67,12 @@ def test_read_commands_print_json(
     assert isinstance(one, dict)
     assert (one["id"], one["envelope"]) == (letters[0]["id"], {"x": 1})
 
+    named = _json(argv, capsys, "history", ids[0], "--lifecycle", "--json")
+    assert isinstance(named, list)
+    assert named[0]["lifecycle"] == "created"
+    assert named[0]["event_type"] == "WORKFLOW_CREATED"
+    assert named[-1]["lifecycle"] == "succeeded"
+    assert {"seq", "created_at", "worker"} <= set(named[0])
     assert _json(argv, capsys, "verify", "--json") == {"verified": 3, "differ": {}}
     assert _json(argv, capsys, "verify", ids[0], "--json") == {"verified": 1, "differ": {}}
 
