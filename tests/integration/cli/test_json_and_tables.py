@@ -159,3 +159,7 @@ def test_a_person_at_a_terminal_sees_tables_and_progress(store: Store, argv: lis
     assert "instances by status" in top
     assert "instances 3" in top
     assert re.search(r"│ \(empty\) +│ +│ 0 +│ 0 +│ 0 +│", top)  # every task done
+    time.sleep(1.1)
+    purged = _on_a_terminal(argv, "purge", "--older-than", "1s", "--batch", "2")
+    assert re.search(r"purged instances +3 done", purged)  # counted up batch by batch
+    assert purged.rstrip().endswith("purged 3 finished instance(s)")
