@@ -45,8 +45,14 @@ def clip(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold")
+def table(
+    title: str | None,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    show_header: bool = True,
+) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", show_header=show_header)
     for name in columns:
         t.add_column(name, overflow="fold")
     for row in rows:

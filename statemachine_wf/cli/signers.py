@@ -22,25 +22,21 @@ def signers(client: Client, args: argparse.Namespace) -> None:
     if not queues:
         print("no signer slot is held (every signer is idle)")
         return
-    if output.tty():
-        output.print_table(
-            "signer slots",
-            ["signer", "chain", "holder", "since (UTC)", "pending hash", "nonce", "age", "waiting"],
-            [
-                (
-                    q.signer,
-                    q.chain_id,
-                    f"{q.holder} {q.holder_type or '?'} {q.holder_status or 'gone'}"
-                    f" at {q.holder_step or '-'}",
-                    _when(q.held_since),
-                    q.pending_hash or "nothing signed yet",
-                    q.last_nonce,
-                    _age(q.pending_age),
-                    "\n".join(q.waiting) or "0",
-                )
-                for q in queues
-            ],
-        )
+    if output.tty():  # a card per signer: addresses and hashes are too wide for one row
+        con = output.console()
+        for q in queues:
+            rows = [
+                ("holder", f"{q.holder}  {q.holder_type or '?'}  {q.holder_status or 'gone'}"),
+                ("at step", q.holder_step or "-"),
+                ("since", f"{_when(q.held_since)} UTC"),
+                ("pending", q.pending_hash or "nothing signed yet"),
+                ("nonce", q.last_nonce),
+                ("age", _age(q.pending_age)),
+                ("signed", len(q.sent)),
+                ("waiting", "\n".join([str(len(q.waiting)), *q.waiting])),
+            ]
+            title = f"signer {q.signer}  chain {q.chain_id}"
+            con.print(output.table(title, ["", ""], rows, show_header=False))
         return
     for q in queues:
         print(f"signer {q.signer}  chain {q.chain_id}")

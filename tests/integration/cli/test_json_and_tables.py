@@ -163,3 +163,19 @@ def test_a_person_at_a_terminal_sees_tables_and_progress(store: Store, argv: lis
     purged = _on_a_terminal(argv, "purge", "--older-than", "1s", "--batch", "2")
     assert re.search(r"purged instances +3 done", purged)  # counted up batch by batch
     assert purged.rstrip().endswith("purged 3 finished instance(s)")
+
+
+def test_signers_and_dead_letters_as_tables_on_a_terminal(store: Store, argv: list[str]) -> None:
+    from tests.integration.core.test_signers_view import A, started
+
+    _, ids = started(store)
+    store.dead_letter(instance_id=ids["gone"], envelope={"x": 1}, reason="poison", worker="w")
+    shown = _on_a_terminal(argv, "signers")
+    assert f"signer {A.split(':')[2]}  chain 31337" in shown
+    assert re.search(rf"│ holder +│ {ids['holder']}  t\.signers\.v1  RUNNING +│", shown)
+    assert re.search(rf"│ pending +│ 0x{2:064x} +│", shown)
+    assert re.search(r"│ nonce +│ 6 +│", shown)
+    assert re.search(rf"│ waiting +│ 2 +│\n│ +│ {ids['first']} +│\n│ +│ {ids['second']} +│", shown)
+    letters = _on_a_terminal(argv, "dead-letters")
+    assert re.search(r"┃ id +┃ at \(UTC\) +┃ instance +┃ reason +┃", letters)
+    assert re.search(rf"│ {ids['gone']} +│ poison +│", letters)
