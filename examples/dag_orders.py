@@ -40,43 +40,9 @@ def summarise(order: dict[str, object], total: int, ok: bool, route: str) -> str
     return f"order {order['id']}: total {total}, in stock {ok}, {route}"
 
 
-ORDER_JSON = """
-{
-  "name": "orders",
-  "nodes": [
-    {"id": "start", "type": "start"},
-    {"id": "fetch", "type": "python", "outputVariable": "order",
-     "config": {"function": "fetch_order", "args": {"order_id": "{{ctx.input.order_id}}"}}},
-    {"id": "price", "type": "python", "outputVariable": "total",
-     "config": {"function": "price", "args": {"items": "{{ctx.order.items}}"}}},
-    {"id": "stock", "type": "python", "outputVariable": "ok",
-     "config": {"function": "in_stock", "args": {"items": "{{ctx.order.items}}"}}},
-    {"id": "size", "type": "condition", "joinMode": "all",
-     "config": {"branches": [{"handle": "big", "when": "ctx.total >= 250"}]}},
-    {"id": "hold", "type": "delay", "config": {"seconds": 0.3}},
-    {"id": "sum_big", "type": "python", "outputVariable": "summary",
-     "config": {"function": "summarise", "args": {"order": "{{ctx.order}}",
-       "total": "{{ctx.total}}", "ok": "{{ctx.ok}}", "route": "held for review"}}},
-    {"id": "sum_small", "type": "python", "outputVariable": "summary",
-     "config": {"function": "summarise", "args": {"order": "{{ctx.order}}",
-       "total": "{{ctx.total}}", "ok": "{{ctx.ok}}", "route": "straight through"}}},
-    {"id": "end", "type": "end", "joinMode": "any",
-     "config": {"outputs": {"summary": "{{ctx.summary}}", "total": "{{ctx.total}}"}}}
-  ],
-  "edges": [
-    {"source": "start", "target": "fetch"},
-    {"source": "fetch", "target": "price"},
-    {"source": "fetch", "target": "stock"},
-    {"source": "price", "target": "size"},
-    {"source": "stock", "target": "size"},
-    {"source": "size", "target": "hold", "sourceHandle": "big"},
-    {"source": "hold", "target": "sum_big"},
-    {"source": "size", "target": "sum_small", "sourceHandle": "else"},
-    {"source": "sum_big", "target": "end"},
-    {"source": "sum_small", "target": "end"}
-  ]
-}
-"""
+# The editor's JSON, in a file of its own: `statemachine-wf dag save examples/dag_orders.json`
+# saves it from the command line (the README's Running section).
+ORDER_JSON = (Path(__file__).parent / "dag_orders.json").read_text()
 
 
 def built_in_python() -> DagDefinition:

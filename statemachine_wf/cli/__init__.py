@@ -4,7 +4,8 @@
 
 Commands: migrate, worker, start, status, history, graph, list, cancel, resume, retry,
 verify, rebuild, dead-letters (list, show, redrive), delete, purge, signal, signals,
-signers, dashboard.
+signers, dashboard, dag (save, list, show, start, test-run, stop), top. Read commands
+take ``--json``; on a terminal they print tables (:mod:`.output`).
 Workflow classes come from the modules named with ``-m`` (or ``SWF_MODULES``), resolved
 from the current directory first (as ``python -m``, uvicorn and celery do); every
 ``Workflow`` subclass defined in a named module, or for a package in any of its modules,
@@ -13,15 +14,18 @@ is hosted. ``worker --dag-registry MODULE:ATTR`` also runs DAG instances with th
 
 This package holds ``main``, the argument parser and the dispatch to the commands; they
 live in :mod:`.operating` (migrate, worker), :mod:`.instances` (the commands on
-instances), :mod:`.inbox` (signals, dead letters), with :mod:`.loading` (modules, deps,
-registry, store) and :mod:`.formatting` (JSON arguments, output) beside them. Every function
-and constant the single ``cli.py`` module defined is importable from here as before.
+instances), :mod:`.inbox` (signals, dead letters), :mod:`.dag` (DAG definitions and
+runs), :mod:`.top` (the live view), with :mod:`.output` (tables, JSON, progress bars),
+:mod:`.loading` (modules, deps, registry, store) and :mod:`.formatting` (JSON arguments,
+output) beside them. Every function and constant the single ``cli.py`` module defined is
+importable from here as before.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -32,7 +36,7 @@ from ..definition.config import Config
 from ..definition.events import Status
 from ..definition.redact import redact_url
 from ..errors import WorkflowError
-from . import dashboard, inbox, instances, operating, signers
+from . import dag, dashboard, inbox, instances, operating, signers, top
 from .formatting import _event_dict as _event_dict
 from .formatting import _json_arg as _json_arg
 from .formatting import _record_dict as _record_dict
@@ -58,7 +62,13 @@ class _Help(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
-        if "default" in text or default is None or default is False or default == []:
+        if (
+            "default" in text
+            or default is None
+            or default is False
+            or default == []
+            or default == argparse.SUPPRESS  # -h/--help
+        ):
             return text
         if isinstance(default, str) and "://" in default and not default.startswith("sqlite"):
             default = redact_url(default)  # a store URL from the env may hold a password
@@ -162,7 +172,6 @@ def _parser() -> argparse.ArgumentParser:
         ("cancel", "cancel an instance"),
         ("resume", "resume a STALLED instance now"),
         ("retry", "run a FAILED instance again from its failed step"),
-        ("rebuild", "recompute an instance row from its log"),
         ("delete", "soft-delete a finished instance (hidden until purged)"),
     ]:
         c = command(name, text)
@@ -174,6 +183,16 @@ def _parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="only lifecycle events, named as in the inbox (created, leased+started, ...)",
             )
+
+    rb = command("rebuild", "recompute instance rows from their logs")
+    rb.add_argument("ids", nargs="*", metavar="id", help="instance ids")
+    rb.add_argument(
+        "--all",
+        action="store_true",
+        help="every instance (up to --limit), with a progress bar on a terminal",
+    )
+    rb.add_argument("--limit", type=int, default=1_000_000, help="at most this many (--all)")
+    rb.add_argument("--json", action="store_true", help="machine-readable output")
 
     g = command("graph", "print a workflow type's state graph (Mermaid)")
     g.add_argument("type", help="the workflow type")
@@ -188,10 +207,12 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--type-prefix", help="only types starting with this (default: any)")
     ls.add_argument("--limit", type=int, default=50, help="at most this many rows")
     ls.add_argument("--offset", type=int, default=0, help="skip this many rows first")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
 
     v = command("verify", "check that each row equals the fold of its log")
     v.add_argument("ids", nargs="*", help="instance ids (default: all, up to --limit)")
     v.add_argument("--limit", type=int, default=10_000, help="at most this many instances")
+    v.add_argument("--json", action="store_true", help="machine-readable output")
 
     dl = command("dead-letters", "list, show or redrive dead letters")
     dl.add_argument(
@@ -199,6 +220,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     dl.add_argument("letter", nargs="?", type=int, help="dead letter id (show, redrive)")
     dl.add_argument("--limit", type=int, default=50, help="at most this many (list)")
+    dl.add_argument("--json", action="store_true", help="machine-readable output")
 
     sg = command("signal", "send a signal to an instance; prints the signal's id")
     sg.add_argument("id", help="instance id")
@@ -230,6 +252,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also delete dead letters older than the age, redriven or not",
     )
+    pg.add_argument("--json", action="store_true", help="machine-readable output")
     db = command("dashboard", "serve the web dashboard (read-only without an operator token)")
     db.add_argument("--host", default="127.0.0.1", help="address to bind")
     db.add_argument("--port", type=int, default=8765, help="port to listen on")
@@ -239,6 +262,9 @@ def _parser() -> argparse.ArgumentParser:
         help="the secret that enables cancel/resume/retry/signal/redrive "
         "(env SWF_OPERATOR_TOKEN; default: none, read-only)",
     )
+    # The CLI tools: DAG definitions from files, and the live terminal view.
+    dag.add_parser(command, env)
+    top.add_parser(command)
     return p
 
 
@@ -258,6 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return _run(args)
+    except BrokenPipeError:  # `... | head`: the reader left; not an error to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except ValidationError as exc:
         print(f"error: invalid input: {exc}", file=sys.stderr)
         return 2
@@ -313,5 +342,9 @@ def _run(args: argparse.Namespace) -> int:
         signers.signers(client, args)
     elif cmd == "dashboard":
         dashboard.dashboard(store, workflows, args)
+    elif cmd == "dag":
+        dag.run(store, args)
+    elif cmd == "top":
+        top.top(store, args)
     store.close()
     return 0

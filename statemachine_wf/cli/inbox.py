@@ -9,6 +9,7 @@ from typing import Any
 
 from ..client.machine import Client
 from ..core.store import Store
+from . import output
 from .formatting import _json_arg, _when
 
 
@@ -40,15 +41,51 @@ def _signals(client: Client, store: Store, args: argparse.Namespace) -> None:
             ]
         print(json.dumps(out, indent=2))
         return
+    if output.tty():
+        output.print_table("signals by state", list(counts), [list(counts.values())])
+        if args.list:
+            output.print_table(
+                "signals, newest first",
+                ["id", "due (UTC)", "instance", "kind", "name", "state", "token"],
+                [
+                    (r.id, _when(r.due_at), r.instance_id, r.kind, r.name, r.state, _token(r))
+                    for r in rows
+                ],
+            )
+        return
     print("  ".join(f"{k}={v}" for k, v in counts.items()))
     for r in rows:
         token = "token" if r.token else "no token"
         print(f"{r.id:>8} {_when(r.due_at)} {r.instance_id} {r.kind} {r.name!r} {r.state} {token}")
 
 
+def _token(r: Any) -> str:
+    return "token" if r.token else "no token"
+
+
 def _dead_letters(client: Client, args: argparse.Namespace) -> None:
     if args.action == "list":
-        for d in client.dead_letters(limit=args.limit):
+        letters = client.dead_letters(limit=args.limit)
+        if args.json:
+            output.print_json(letters)
+            return
+        if output.tty():
+            output.print_table(
+                "dead letters, newest first",
+                ["id", "at (UTC)", "instance", "reason", "redriven (UTC)"],
+                [
+                    (
+                        d["id"],
+                        _when(d["created_at"]),
+                        d["instance_id"],
+                        d["reason"],
+                        _when(d["redriven_at"]) if d.get("redriven_at") else "",
+                    )
+                    for d in letters
+                ],
+            )
+            return
+        for d in letters:
             mark = f"  (redriven {_when(d['redriven_at'])})" if d.get("redriven_at") else ""
             print(f"{d['id']:>6} {_when(d['created_at'])} {d['instance_id']}  {d['reason']}{mark}")
         return
@@ -58,4 +95,9 @@ def _dead_letters(client: Client, args: argparse.Namespace) -> None:
         print(json.dumps(client.dead_letter(args.letter), indent=2, default=str))
         return
     r = client.redrive(args.letter)
+    if args.json:
+        output.print_json(
+            {"letter_id": r.letter_id, "action": r.action, "instance_id": r.instance_id}
+        )
+        return
     print(f"dead letter {r.letter_id}: {r.action}  instance {r.instance_id}")

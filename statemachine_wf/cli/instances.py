@@ -19,6 +19,7 @@ from ..core.audit import lifecycle
 from ..core.store import KIND_NAMES, Store, TypeKind
 from ..definition.events import Status
 from ..errors import UnknownWorkflowType
+from . import output
 from .formatting import _event_dict, _json_arg, _record_dict, _when
 
 
@@ -74,12 +75,32 @@ def status(client: Client, store: Store, args: argparse.Namespace) -> None:
 
 def history(client: Client, args: argparse.Namespace) -> None:
     events = client.history(args.id)
-    if args.lifecycle:  # wins over --json: the lifecycle view has no JSON form
+    if args.lifecycle and args.json:  # each event with its lifecycle name
+        output.print_json([{"lifecycle": name, **_event_dict(e)} for name, e in lifecycle(events)])
+    elif args.lifecycle:
         for name, e in lifecycle(events):
             who = f" by {e.worker}" if e.worker else ""
             print(f"{e.seq:>8} {_when(e.created_at)} {name} ({e.event_type}){who}")
     elif args.json:
         print(json.dumps([_event_dict(e) for e in events], indent=2))
+    elif output.tty():
+        output.print_table(
+            f"history of {args.id}",
+            ["seq", "at (UTC)", "event", "step", "attempt", "payload", "error", "worker"],
+            [
+                (
+                    e.seq,
+                    _when(e.created_at),
+                    e.event_type,
+                    e.node,
+                    e.attempt,
+                    output.clip(json.dumps(e.payload)) if e.payload else "",
+                    f"{e.error['code']}: {e.error['message']}" if e.error else "",
+                    e.worker,
+                )
+                for e in events
+            ],
+        )
     else:
         for e in events:
             where = f" {e.node}#{e.attempt}" if e.node else ""
@@ -103,8 +124,18 @@ def listing(client: Client, args: argparse.Namespace) -> None:
     rows = client.list(
         status=status, type_prefix=args.type_prefix, limit=args.limit, offset=args.offset
     )
-    for r in rows:
-        print(f"{r.id}  {r.type:<32} {r.status:<10} {r.step}")
+    if args.json:  # the page only: a script pages with --limit/--offset itself
+        output.print_json([_record_dict(r) for r in rows])
+        return
+    if output.tty():
+        output.print_table(
+            None,
+            ["id", "type", "status", "step", "attempt"],
+            [(r.id, r.type, r.status, r.step, r.step_attempts) for r in rows],
+        )
+    else:
+        for r in rows:
+            print(f"{r.id}  {r.type:<32} {r.status:<10} {r.step}")
     shown = args.offset + len(rows)
     # A short first page is everything there is; only a full or a later page needs the
     # total, which costs a second query.
@@ -122,6 +153,9 @@ def listing(client: Client, args: argparse.Namespace) -> None:
 def control(client: Client, cmd: str, args: argparse.Namespace) -> None:
     """``cancel``, ``resume`` or ``retry``: the client method of the same name."""
     r = getattr(client, cmd)(args.id)
+    if args.json:
+        output.print_json(_record_dict(r))
+        return
     # A cancel lands at the running step's end; until then the status is unchanged.
     note = (
         " (cancel requested; stops at the running step's end)"
@@ -134,25 +168,64 @@ def control(client: Client, cmd: str, args: argparse.Namespace) -> None:
 def verify(client: Client, args: argparse.Namespace) -> int:
     """Compare rows with the fold of their logs; the exit code is 1 if any differs."""
     ids = args.ids or [r.id for r in client.list(limit=args.limit)]
-    bad = 0
-    for instance_id in ids:
-        diff = client.verify(instance_id)
-        if diff:
-            bad += 1
-            print(f"{instance_id}: row differs from its log: {diff}")
-    print(f"verified {len(ids)} instance(s): {bad} differ")
+    differ: dict[str, dict[str, tuple[object, object]]] = {}
+    with output.progress("verifying", total=len(ids), quiet=args.json) as advance:
+        for instance_id in ids:
+            diff = client.verify(instance_id)
+            advance(1)
+            if diff:
+                differ[instance_id] = diff
+                if not args.json:
+                    print(f"{instance_id}: row differs from its log: {diff}")
+    bad = len(differ)
+    if args.json:
+        output.print_json(
+            {
+                "verified": len(ids),
+                "differ": {
+                    i: {f: {"row": row, "log": log} for f, (row, log) in d.items()}
+                    for i, d in differ.items()
+                },
+            }
+        )
+    else:
+        print(f"verified {len(ids)} instance(s): {bad} differ")
     if not args.ids and len(ids) == args.limit and client.count() > args.limit:
         print(f"stopped at --limit {args.limit}; {client.count()} in all", file=sys.stderr)
     return 1 if bad else 0
 
 
 def rebuild(client: Client, args: argparse.Namespace) -> None:
-    projection = client.rebuild(args.id)
-    print(f"{args.id} rebuilt: {projection.status} at {projection.step}")
+    """One line per id named; ``--all`` rebuilds every instance (a progress bar on a
+    terminal) and prints a count."""
+    if args.all == bool(args.ids):
+        raise ValueError("rebuild needs instance ids or --all (not both)")
+    if args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    ids = args.ids or [r.id for r in client.list(limit=args.limit)]
+    done: list[dict[str, object]] = []
+    with output.progress("rebuilding", total=len(ids), quiet=args.json) as advance:
+        for instance_id in ids:
+            projection = client.rebuild(instance_id)
+            advance(1)
+            done.append(
+                {"id": instance_id, "status": str(projection.status), "step": projection.step}
+            )
+            if args.ids and not args.json:
+                print(f"{instance_id} rebuilt: {projection.status} at {projection.step}")
+    if args.json:
+        output.print_json(done)
+    elif args.all:
+        print(f"rebuilt {len(ids)} instance(s)")
+        if len(ids) == args.limit and client.count() > args.limit:
+            print(f"stopped at --limit {args.limit}; {client.count()} in all", file=sys.stderr)
 
 
 def delete(client: Client, args: argparse.Namespace) -> None:
     client.delete(args.id)
+    if args.json:
+        output.print_json({"id": args.id, "deleted": True})
+        return
     print(f"{args.id} deleted (hidden until purged)")
 
 
@@ -162,8 +235,23 @@ def purge(client: Client, args: argparse.Namespace) -> None:
     # dead letters have no soft form, so the two together would half-honour --soft.
     if args.soft and args.dead_letters:
         raise ValueError("--soft applies to instances only; dead letters are deleted")
-    n = client.purge(older_than=age, batch_size=args.batch, soft=args.soft)
-    print(f"{'marked deleted' if args.soft else 'purged'} {n} finished instance(s)")
+    # The total is not known before the end (a count would scan what the batches delete):
+    # the bar counts up, batch by batch.
+    verb = "marked deleted" if args.soft else "purged"
+    with output.progress(f"{verb} instances", quiet=args.json) as advance:
+        n = client.purge(older_than=age, batch_size=args.batch, soft=args.soft, on_batch=advance)
+    letters = None
     if args.dead_letters:
-        letters = client.purge_dead_letters(older_than=age, batch_size=args.batch)
+        with output.progress("purged dead letters", quiet=args.json) as advance:
+            letters = client.purge_dead_letters(
+                older_than=age, batch_size=args.batch, on_batch=advance
+            )
+    if args.json:
+        out: dict[str, object] = {"instances": n, "soft": args.soft}
+        if letters is not None:
+            out["dead_letters"] = letters
+        output.print_json(out)
+        return
+    print(f"{verb} {n} finished instance(s)")
+    if letters is not None:
         print(f"purged {letters} dead letter(s)")

@@ -12,10 +12,15 @@ from ..core.store import Store
 from ..definition.workflow import Workflow
 from ..runtime.runner import Runner, RunnerOptions
 from .loading import _dag_registry, _dependencies
+from .output import progress
 
 
 def migrate(store: Store, workflows: list[type[Workflow[Any, Any]]]) -> None:
-    print(f"schema at version {store.migrate()}")
+    # The migrations run in one call with no step count to report: a spinner on a terminal
+    # (a large store's migration can take a while), nothing otherwise.
+    with progress("migrating the schema"):
+        version = store.migrate()
+    print(f"schema at version {version}")
     if workflows:  # declare them for SQL producers before any runner starts
         store.register_types([w.spec().workflow_type for w in workflows], by="migrate")
 

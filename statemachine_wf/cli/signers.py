@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..client.machine import Client
+from . import output
 from .formatting import _when
 
 
@@ -20,6 +21,22 @@ def signers(client: Client, args: argparse.Namespace) -> None:
         return
     if not queues:
         print("no signer slot is held (every signer is idle)")
+        return
+    if output.tty():  # a card per signer: addresses and hashes are too wide for one row
+        con = output.console()
+        for q in queues:
+            rows = [
+                ("holder", f"{q.holder}  {q.holder_type or '?'}  {q.holder_status or 'gone'}"),
+                ("at step", q.holder_step or "-"),
+                ("since", f"{_when(q.held_since)} UTC"),
+                ("pending", q.pending_hash or "nothing signed yet"),
+                ("nonce", q.last_nonce),
+                ("age", _age(q.pending_age)),
+                ("signed", len(q.sent)),
+                ("waiting", "\n".join([str(len(q.waiting)), *q.waiting])),
+            ]
+            title = f"signer {q.signer}  chain {q.chain_id}"
+            con.print(output.table(title, ["", ""], rows, show_header=False))
         return
     for q in queues:
         print(f"signer {q.signer}  chain {q.chain_id}")

@@ -147,20 +147,35 @@ def _retry_instance(client: Producer, instance_id: str) -> str:
     return action
 
 
-def purge(store: Store, *, older_than: float, batch_size: int, soft: bool = False) -> int:
+def purge(
+    store: Store,
+    *,
+    older_than: float,
+    batch_size: int,
+    soft: bool = False,
+    on_batch: Callable[[int], None] | None = None,
+) -> int:
     """Delete (``soft``: mark deleted) finished instances older than ``older_than`` s.
 
     Each batch is its own transaction, so a long purge never holds locks for long and can
     be interrupted; the loop ends at the first batch smaller than ``batch_size``.
+    ``on_batch`` is called with each batch's count once it committed (a progress bar).
     """
     return _in_batches(
         lambda: store.purge_batch(older_than=older_than, batch_size=batch_size, soft=soft),
         older_than=older_than,
         batch_size=batch_size,
+        on_batch=on_batch,
     )
 
 
-def purge_dead_letters(store: Store, *, older_than: float, batch_size: int) -> int:
+def purge_dead_letters(
+    store: Store,
+    *,
+    older_than: float,
+    batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> int:
     """Delete dead letters written more than ``older_than`` s ago, redriven or not.
 
     A letter is evidence of what failed and, for a start refused before any instance
@@ -171,10 +186,17 @@ def purge_dead_letters(store: Store, *, older_than: float, batch_size: int) -> i
         lambda: store.purge_dead_letters_batch(older_than=older_than, batch_size=batch_size),
         older_than=older_than,
         batch_size=batch_size,
+        on_batch=on_batch,
     )
 
 
-def _in_batches(one: Callable[[], int], *, older_than: float, batch_size: int) -> int:
+def _in_batches(
+    one: Callable[[], int],
+    *,
+    older_than: float,
+    batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> int:
     if older_than < 0:
         raise ValueError(f"older_than must be >= 0 seconds, got {older_than}")
     if batch_size < 1:
@@ -183,6 +205,8 @@ def _in_batches(one: Callable[[], int], *, older_than: float, batch_size: int) -
     while True:
         n = one()
         total += n
+        if on_batch is not None:
+            on_batch(n)
         if n < batch_size:
             return total
         time.sleep(0)  # let other threads of this process in between batches

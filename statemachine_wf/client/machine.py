@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -420,18 +420,36 @@ class Client:
         # Repeatable: it only sets deleted_at where it is not set yet.
         once_more(lambda: self.store.soft_delete(instance_id))
 
-    def purge(self, *, older_than: float, batch_size: int = 1000, soft: bool = False) -> int:
+    def purge(
+        self,
+        *,
+        older_than: float,
+        batch_size: int = 1000,
+        soft: bool = False,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
         """Delete finished (COMPLETED, FAILED, CANCELLED) instances, with their events and
         tasks, that finished more than ``older_than`` seconds ago; ``soft`` only marks
         them deleted. In batches of ``batch_size``, one transaction each; active
-        instances are never touched. Returns how many."""
-        return inbox.purge(self.store, older_than=older_than, batch_size=batch_size, soft=soft)
+        instances are never touched. Returns how many. ``on_batch(n)`` is called after
+        each committed batch (for a progress display)."""
+        return inbox.purge(
+            self.store, older_than=older_than, batch_size=batch_size, soft=soft, on_batch=on_batch
+        )
 
-    def purge_dead_letters(self, *, older_than: float, batch_size: int = 1000) -> int:
+    def purge_dead_letters(
+        self,
+        *,
+        older_than: float,
+        batch_size: int = 1000,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
         """Delete dead letters written more than ``older_than`` seconds ago, redriven or
         not (an unredriven letter's envelope goes with it), in batches of ``batch_size``,
-        one transaction each. Returns how many."""
-        return inbox.purge_dead_letters(self.store, older_than=older_than, batch_size=batch_size)
+        one transaction each. Returns how many. ``on_batch`` as in :meth:`purge`."""
+        return inbox.purge_dead_letters(
+            self.store, older_than=older_than, batch_size=batch_size, on_batch=on_batch
+        )
 
     def watch(self, instance_id: str, *, after_seq: int = 0) -> AsyncIterator[live.Update]:
         """Its events as they commit, until it ends: :func:`statemachine_wf.client.live.watch`."""

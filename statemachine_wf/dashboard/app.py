@@ -3,7 +3,8 @@
 Pages: ``/`` (counts, queue depth, throughput), ``/instances`` (filters, keyset paging),
 ``/instances/{id}`` (state or DAG graph, history, progress, errors, actions),
 ``/instances/{id}/stream`` (server-sent events from :func:`statemachine_wf.client.live.watch`),
-``/dead-letters`` (with redrive), ``/workers``, ``/metrics`` (Prometheus). Store calls
+``/dead-letters`` (with redrive), ``/workers``, ``/signers`` (signer slots: holder, waiting,
+pending hash and age), ``/metrics`` (Prometheus). Store calls
 are blocking and run in the thread pool. See :mod:`.security` for who may POST.
 """
 
@@ -265,6 +266,10 @@ def create_app(
         rows = await run_in_threadpool(lambda: reads.workers() if reads else [])
         return render(request, "workers.html", workers=rows, now=time.time())
 
+    async def signers(request: Request) -> Response:
+        queues = await run_in_threadpool(client.signers)
+        return render(request, "signers.html", queues=queues)
+
     async def login(request: Request) -> Response:
         if request.method == "GET":
             return render(request, "login.html")
@@ -299,6 +304,7 @@ def create_app(
         Route("/dead-letters", dead_letters),
         Route("/dead-letters/{letter:int}/redrive", redrive, methods=["POST"]),
         Route("/workers", workers),
+        Route("/signers", signers),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/metrics", metrics_page),

@@ -176,6 +176,7 @@ def test_pages_load_and_the_dag_page_updates_while_a_runner_works(
         ("/instances", "instances"),
         ("/dead-letters", "dead-letters"),
         ("/workers", "workers"),
+        ("/signers", "signers"),
     ]:
         browser.get(dashboard + path)
         assert "statemachine_wf" in browser.title
