@@ -14,7 +14,7 @@ from typing import Any, assert_never
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
 from ..core.store import Claim, Commit, DagCommit, NewDagInstance
 from ..errors import ConcurrencyConflict, StoreError
-from ._base import Row, SqlBase
+from ._base import Row
 from ._common import (
     Undecodable,
     dag_apply_params,
@@ -29,9 +29,10 @@ from ._common import (
     task_record,
     undecodable,
 )
+from ._overview import SqlReads
 
 
-class SqlStore(SqlBase):
+class SqlStore(SqlReads):
     """A SQL :class:`~statemachine_wf.core.store.Store` over a dialect's primitives."""
 
     # -- Decisions: the CAS commits --------------------------------------------------------
