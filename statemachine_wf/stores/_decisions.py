@@ -289,6 +289,7 @@ class SqlStore(SqlBase):
             events=self._encode(new_event_dicts(new.events)),
             start=new.start,
             delay=new.delay,
+            trace=new.trace_context,
         )
         return self._created(row, new.idempotency_key) or self.dag_create(new)
 

@@ -5,9 +5,9 @@
 -- name: create
 WITH ins AS (
     INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
-                              parent_id, parent_node)
+                              parent_id, parent_node, trace_context)
     VALUES (%(id)s, %(type)s, %(kind)s, 'PENDING', nullif(%(step)s, ''), %(input)s, %(key)s,
-            %(priority)s, %(parent_id)s, %(parent_node)s)
+            %(priority)s, %(parent_id)s, %(parent_node)s, %(trace)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, type
 ), ev AS (
@@ -559,9 +559,9 @@ SELECT * FROM wf_instances WHERE parent_id = %(id)s ORDER BY created_at;
 -- name: dag_create
 WITH ins AS (
     INSERT INTO wf_instances (id, type, kind, status, input, idempotency_key, priority,
-                              parent_id)
+                              parent_id, trace_context)
     VALUES (%(id)s, %(type)s, 'dag', 'RUNNING', %(input)s, %(key)s, %(priority)s,
-            %(parent_id)s)
+            %(parent_id)s, %(trace)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, type
 ), run AS (
