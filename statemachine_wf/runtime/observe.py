@@ -56,7 +56,12 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 LOG_FIELDS = ("instance_id", "type", "step", "attempt")
 """What every runtime log record carries (None outside a step or node)."""
 
-RUNTIME_LOGGERS = ("statemachine_wf.runner", "statemachine_wf.dag", "statemachine_wf.store")
+RUNTIME_LOGGERS = (
+    "statemachine_wf.runner",
+    "statemachine_wf.dag",
+    "statemachine_wf.sqlite",
+    "statemachine_wf.postgres",
+)
 
 
 # -- log context ----------------------------------------------------------------------
@@ -168,12 +173,32 @@ def _parent(stored: str | None) -> Any:
     return otel_extract(carrier) if isinstance(carrier, dict) else None
 
 
+_tracer_cache: tuple[object, Any] = (None, None)
+
+
+def _tracer() -> Any:
+    """The package's tracer, or None while no SDK is configured (the API's proxy or
+    no-op provider): then a step costs no span at all, not even a non-recording one.
+    Looked up per attempt, so a provider set after the runner started is used."""
+    global _tracer_cache
+    if otel_trace is None:
+        return None
+    provider = otel_trace.get_tracer_provider()
+    if isinstance(provider, otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider):
+        return None
+    cached, tracer = _tracer_cache
+    if cached is not provider:
+        tracer = provider.get_tracer("statemachine_wf")
+        _tracer_cache = (provider, tracer)
+    return tracer
+
+
 @contextlib.contextmanager
 def _span(name: str, a: Attempt, stored: str | None) -> Iterator[None]:
-    if otel_trace is None:
+    tracer = _tracer()
+    if tracer is None:
         yield
         return
-    tracer = otel_trace.get_tracer("statemachine_wf")
     attrs: dict[str, Any] = {"swf.instance_id": a.instance_id, "swf.type": a.type}
     if a.step is not None:
         attrs["swf.step"] = a.step
