@@ -32,18 +32,18 @@ WITH rows AS (
     FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(kinds)s::text[], %(steps)s::text[],
                 %(inputs)s::jsonb[], %(keys)s::text[], %(priorities)s::integer[],
                 %(parent_ids)s::uuid[], %(parent_nodes)s::text[], %(delays)s::float8[],
-                %(run_ats)s::float8[])
+                %(run_ats)s::float8[], %(traces)s::text[])
          WITH ORDINALITY
          AS r(id, type, kind, step, input, key, priority, parent_id, parent_node, delay,
-              run_at, pos)
+              run_at, trace, pos)
 ), existing AS (
     SELECT r.pos, i.id, i.type, i.type <> r.type AS clash
     FROM rows r JOIN wf_instances i ON i.idempotency_key = r.key
 ), ins AS (
     INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
-                              parent_id, parent_node)
+                              parent_id, parent_node, trace_context)
     SELECT id, type, kind, 'PENDING', nullif(step, ''), input, key, priority, parent_id,
-           parent_node
+           parent_node, trace
     FROM rows
     WHERE NOT EXISTS (SELECT 1 FROM existing WHERE clash)
     ORDER BY key, pos  -- one key order for every producer: overlapping batches can't deadlock

@@ -58,6 +58,17 @@ def test_each_step_attempt_is_a_child_of_the_starters_span(store: Store) -> None
     assert spans[1].status.status_code != StatusCode.ERROR
 
 
+def test_start_many_stores_the_context_on_every_instance(store: Store) -> None:
+    client = Client(store, [Twice])
+    with trace.get_tracer("test").start_as_current_span("batch") as caller:
+        ids = client.start_many(Twice, [{}, {"n": 1}, {"n": 2}])
+    want = format(caller.get_span_context().trace_id, "032x")
+    for iid in ids:
+        stored = client.get(iid).trace_context
+        assert stored is not None
+        assert want in json.loads(stored)["traceparent"]
+
+
 def test_an_instance_started_outside_a_trace_gets_its_own(store: Store) -> None:
     EXPORTER.clear()
     client = Client(store, [Twice])
