@@ -87,6 +87,19 @@ def current() -> Attempt | None:
     return _current.get()
 
 
+def enter_claim(claim: Claim) -> contextvars.Token[Attempt | None]:
+    """The log context of a whole claim (begin, reconcile, hand-back, quarantine): its
+    instance, type, task node and attempt; a step attempt inside it sets its own. Give
+    the token back to :func:`leave`."""
+    inst, task = claim.instance, claim.task
+    step = task.slot if inst.kind == "dag" else (task.node or inst.step)
+    return _current.set(Attempt(inst.id, inst.type, step, task.attempt or None, kind=inst.kind))
+
+
+def leave(token: contextvars.Token[Attempt | None]) -> None:
+    _current.reset(token)
+
+
 def mark(outcome: str) -> None:
     """Record the outcome of the current attempt (``completed``, ``failed``, ``retried``,
     ``stalled``, ``waiting``, ``parked``); a no-op outside one."""

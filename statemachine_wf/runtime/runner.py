@@ -40,6 +40,7 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
+from . import observe
 from .driver import MachineDriver
 from .observe import NOOP, Observer
 from .operations import engine
@@ -428,6 +429,7 @@ class Runner:
     def _run_claim(self, claim: Claim, *, startup: bool) -> None:
         with self._busy_lock:
             self._busy += 1
+        context = observe.enter_claim(claim)  # every record of this claim names it
         try:
             # The kind picks the driver; a task whose kind differs from its instance's is
             # a row that lies about itself (written by hand): never run it.
@@ -467,6 +469,7 @@ class Runner:
                 claim.instance.id, reason=f"runner error: {exc!r}", worker=self.worker_id
             )
         finally:
+            observe.leave(context)
             with self._busy_lock:
                 self._busy -= 1
 

@@ -31,6 +31,9 @@ def test_runtime_records_carry_the_attempt(store: Store, caplog: pytest.LogCaptu
     assert [(r.instance_id, r.type, r.step, r.attempt) for r in raised] == [  # type: ignore[attr-defined]
         (iid, Twice.spec().workflow_type, "first", 1)
     ]
+    about = [r for r in runtime if r.getMessage().startswith(f"instance {iid}")]
+    assert about
+    assert {r.instance_id for r in about} == {iid}  # type: ignore[attr-defined]
     started = [r for r in runtime if "started:" in r.getMessage()]
     assert started
     assert started[0].instance_id is None
