@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     core.add_argument("--list", action="store_true", help="list configuration names")
     core.add_argument("--json", default="", help="also write the results here")
     core.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+    core.add_argument(
+        "--metrics", action="store_true", help="runners count into the worker's metrics"
+    )
 
     prof = sub.add_parser("profile", help="cProfile one single-process runner run")
     prof.add_argument("--store", choices=("pg", "sqlite"), default="pg")
@@ -177,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             pg_concurrency=args.pg_concurrency,
             sqlite_concurrency=args.sqlite_concurrency,
             latency_samples=30 if args.quick else args.latency_samples,
+            metrics=args.metrics,
         )
         if args.dsn:
             s.dsn = args.dsn

@@ -81,6 +81,8 @@ class Settings:
     dsn: str = field(default_factory=pg_dsn)
     timeout: float = 600.0
     tmp: str = ""
+    metrics: bool = False
+    """The runners count into a WorkerMetrics (``worker --metrics-port``'s instruments)."""
 
 
 # -- stores -------------------------------------------------------------------------
@@ -389,7 +391,17 @@ def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any
     spec = dict(spec, app=f"swfbench-{os.getpid()}")
     store = open_store(spec)
     store.migrate()
-    runner = Runner(store, [ThreeSteps], options=RunnerOptions(concurrency=spec["concurrency"]))
+    observer = None
+    if spec.get("metrics"):
+        from statemachine_wf.runtime.observe import Observer, WorkerMetrics
+
+        observer = Observer(WorkerMetrics())
+    runner = Runner(
+        store,
+        [ThreeSteps],
+        options=RunnerOptions(concurrency=spec["concurrency"]),
+        observer=observer,
+    )
     warm_pool(store, spec["concurrency"] + 2)
     client = Client(store)
     produce = spec.get("produce", 0)
@@ -778,8 +790,10 @@ def _pct(values: list[float], p: float) -> float:
 # -- the run ----------------------------------------------------------------------------
 def _spec(s: Settings, store: str, tag: str) -> dict[str, Any]:
     if store == "pg":
-        return {"store": "pg", "dsn": s.dsn, "schema": f"swfbench_{tag}_{os.getpid()}"}
-    return {"store": "sqlite", "path": os.path.join(s.tmp, f"{tag}.db")}
+        spec = {"store": "pg", "dsn": s.dsn, "schema": f"swfbench_{tag}_{os.getpid()}"}
+    else:
+        spec = {"store": "sqlite", "path": os.path.join(s.tmp, f"{tag}.db")}
+    return {**spec, "metrics": s.metrics}
 
 
 CONFIGS: dict[str, Callable[[Settings], Result]] = {

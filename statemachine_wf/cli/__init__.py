@@ -101,6 +101,12 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="log at INFO level (-vv: DEBUG); by default only warnings and errors",
     )
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="json: one object a line, with instance_id, type, step and attempt",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
@@ -157,6 +163,12 @@ def _parser() -> argparse.ArgumentParser:
         dest="dag_types",
         help="task type of the DAG instances to run (repeatable; default swf.dag)",
     )
+    w.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port (needs the observe extra)",
+    )
+    w.add_argument("--metrics-host", default="127.0.0.1", help="address the metrics server binds")
 
     s = command("start", "start a workflow; prints its id")
     s.add_argument("type", help="the workflow type, e.g. payments.payout.v1")
@@ -278,10 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # a bad SWF_* setting
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=LOG_LEVELS[min(args.verbose, len(LOG_LEVELS) - 1)],
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    operating.configure_logging(LOG_LEVELS[min(args.verbose, len(LOG_LEVELS) - 1)], args.log_format)
     try:
         return _run(args)
     except BrokenPipeError:  # `... | head`: the reader left; not an error to report

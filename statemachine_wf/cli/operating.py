@@ -6,13 +6,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
+import sys
 from typing import Any
 
 from ..core.store import Store
 from ..definition.workflow import Workflow
+from ..runtime.observe import JsonFormatter, Observer
 from ..runtime.runner import Runner, RunnerOptions
 from .loading import _dag_registry, _dependencies
 from .output import progress
+
+
+def configure_logging(level: int, log_format: str) -> None:
+    """The root logger's level and format (``--log-format``: text or json)."""
+    if log_format == "json":
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+        logging.basicConfig(level=level, handlers=[handler])
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def migrate(store: Store, workflows: list[type[Workflow[Any, Any]]]) -> None:
@@ -45,12 +58,18 @@ def worker(
     # Only replaced when given: RunnerOptions keeps its own default DAG task types.
     if args.dag_types:
         options = dataclasses.replace(options, dag_types=tuple(args.dag_types))
+    observer = None
+    if getattr(args, "metrics_port", None) is not None:
+        from .metrics import serve_metrics
+
+        observer = Observer(serve_metrics(store, args.metrics_host, args.metrics_port))
     runner = Runner(
         store,
         workflows,
         dependencies=_dependencies(args.deps),
         options=options,
         dags=dags,
+        observer=observer,
     )
     if args.until_idle:
         runner.run_until_idle(timeout=3600)

@@ -24,6 +24,7 @@ from ..definition.limits import check_payload, check_value
 from ..errors import InputError, InvalidState, NotFound, TypeKindConflict
 from ..runtime import operations
 from ..runtime.dag_handlers import Registry
+from ..runtime.observe import trace_context
 from . import live
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,7 @@ class DagClient:
                 test=test,
                 idempotency_key=idempotency_key,
                 priority=priority,
+                trace_context=trace_context(),
             )
         )
         if not created_now:

@@ -41,6 +41,7 @@ from ..errors import (
     UnknownWorkflowType,
 )
 from ..runtime import operations
+from ..runtime.observe import trace_context
 from ..runtime.operations import once_more
 from . import inbox, live
 from .signers import SignerQueue, signer_queues
@@ -83,6 +84,7 @@ def _new_instance(
         priority=priority,
         delay=delay,
         run_at=None if run_at is None else run_at.timestamp(),
+        trace_context=trace_context(),
     )
 
 

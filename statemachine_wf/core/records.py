@@ -57,6 +57,8 @@ class InstanceRecord:
     """The parent DAG's node whose task waits for this instance (a sub-workflow)."""
     deleted_at: float | None = None
     """Set by a soft delete: hidden from list/status until purged."""
+    trace_context: str | None = None
+    """The starter's trace context (W3C headers as JSON), continued by the run's spans."""
 
     def projection(self, *, in_flight: bool = False) -> Projection:
         return Projection(
@@ -152,6 +154,8 @@ class NewInstance:
     """Set for a DAG's sub-workflow: finishing wakes that node's task of ``parent_id``."""
     run_at: float | None = None
     """Unix time it may start at; wins over ``delay`` when set."""
+    trace_context: str | None = None
+    """The starter's trace context (W3C headers as JSON), stored with the instance."""
 
 
 RESOLVE_ON_CLAIM = ""
@@ -188,6 +192,8 @@ class NewDagInstance:
     priority: int = 100
     delay: float = 0.0
     parent_id: str | None = None
+    trace_context: str | None = None
+    """The starter's trace context (W3C headers as JSON), stored with the instance."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ from ..definition.dag_templates import TemplateError
 from ..definition.events import Ev, NewEvent, Status
 from ..definition.limits import check_payload
 from ..errors import Fail, InputError, LeaseLost, StepFailure
+from . import observe
 from .dag_handlers import (
     ChildRunning,
     InternalError,
@@ -105,7 +106,9 @@ class DagExecutor:
         loop: Callable[[], asyncio.AbstractEventLoop],
         threads: int = 8,
         workflows: Mapping[str, type[Workflow[Any, Any]]] | None = None,
+        observer: observe.Observer = observe.NOOP,
     ) -> None:
+        self.observer = observer
         self.store = store
         self.registry = registry
         self.worker = worker
@@ -122,6 +125,11 @@ class DagExecutor:
 
     # -- one node task ---------------------------------------------------------------------
     def run(self, claim: Claim) -> None:
+        """Run one claimed node task (its span, metrics and log context around it)."""
+        with self.observer.node(claim):
+            self._run(claim)
+
+    def _run(self, claim: Claim) -> None:
         instance_id, node = claim.instance.id, claim.task.slot
         entry = self._entry(instance_id)
         with entry.lock:
@@ -215,6 +223,7 @@ class DagExecutor:
             snap=snap,
             seen=seen,
         )
+        observe.mark("completed")
 
     def complete(
         self,
@@ -334,9 +343,9 @@ class DagExecutor:
             exc,
         )
         spec = graph.nodes[node]
-        if spec.error_handling == "continue" and interpret.gives_up(
-            graph, node, failures=failures, retryable=retryable
-        ):
+        gives_up = interpret.gives_up(graph, node, failures=failures, retryable=retryable)
+        observe.mark("failed" if gives_up else "retried")
+        if spec.error_handling == "continue" and gives_up:
             self.complete(
                 instance_id,
                 graph,
@@ -378,6 +387,7 @@ class DagExecutor:
             claim.task.attempt,
             exc,
         )
+        observe.mark("retried")
         if failures >= INTERNAL_ATTEMPTS:
             raise exc
         delay = graph.nodes[node].retry_policy().delay(failures)

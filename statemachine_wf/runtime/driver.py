@@ -48,6 +48,7 @@ from ..errors import (
     StoreUnavailable,
     Waiting,
 )
+from . import observe
 from .context import ReconcileContext, Reconciliation, StepContext
 from .operations import until_committed
 
@@ -152,7 +153,10 @@ class MachineDriver:
         stopping: threading.Event | None = None,
         after_commit: Callable[[], None] = lambda: None,
         threads: int = 1,
+        observer: observe.Observer = observe.NOOP,
     ) -> None:
+        self.observer = observer
+        """Traces, metrics and log context of each step attempt (runtime/observe.py)."""
         self.store = store
         self.worker_id = worker_id
         self.lease = lease
@@ -272,6 +276,7 @@ class MachineDriver:
             return waits.deliver(d.spec, state, signals, max_payload=limit, hold=hold)
 
         decision = self.commit(d, make)
+        self.observer.delivered(d.instance, signals)
         for e in decision.events:
             if e.event_type == Ev.STALE_SIGNAL_DROPPED:
                 log.warning(
@@ -342,6 +347,11 @@ class MachineDriver:
     def run_step(self, d: Drive, input_model: BaseModel) -> bool:
         """Run the current step's action and commit its outcome; True to run the next."""
         step = d.state.current_step()
+        with self.observer.step(d.instance, step, d.attempt, d.state.attempts):
+            return self._run_step(d, input_model)
+
+    def _run_step(self, d: Drive, input_model: BaseModel) -> bool:
+        step = d.state.current_step()
         attempt = d.attempt
         sspec = d.spec.step(step)
         host = _Host(self, d)
@@ -377,6 +387,7 @@ class MachineDriver:
                 return waits.park(state, step, attempt, parked, d.failures)
 
             self.commit(d, park)
+            observe.mark("parked")
             return False
         except _StepTimedOut:
             # The action may still be running in its thread; it can no longer save.
@@ -389,6 +400,7 @@ class MachineDriver:
                 d,
                 lambda s: decide.failure(d.spec, s, step, attempt, Retry, timeout, d.failures),
             )
+            observe.mark(observe.failure_outcome(d.state.status, Retry))
             return False
         except Exception as exc:
             cls: ErrorClass = sspec.classify(exc)
@@ -397,6 +409,7 @@ class MachineDriver:
                     "instance %s: step %s raised %r -> %s", d.instance.id, step, exc, cls.__name__
                 )
             self._fail(d, step, attempt, cls, exc)
+            observe.mark(observe.failure_outcome(d.state.status, cls))
             if (
                 isinstance(exc, Waiting)
                 and exc.key is not None
@@ -411,6 +424,7 @@ class MachineDriver:
         decision = self.commit(
             d, lambda s: decide.success(d.spec, s, step, attempt, result, staged, hold=hold)
         )
+        observe.mark("completed")
         return isinstance(decision.task, Continue)
 
     def _fail(

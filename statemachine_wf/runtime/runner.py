@@ -40,7 +40,9 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
+from . import observe
 from .driver import MachineDriver
+from .observe import NOOP, Observer
 from .operations import engine
 
 if TYPE_CHECKING:
@@ -96,7 +98,12 @@ class Runner:
         options: RunnerOptions | None = None,
         dependencies: Mapping[str, Any] | None = None,
         dags: Registry | None = None,
+        observer: Observer | None = None,
     ) -> None:
+        # Traces always (a no-op without an OpenTelemetry SDK); metrics when the observer
+        # has them, which also times the claims (a wrapped store): runtime/observe.py.
+        self.observer = observer or NOOP
+        store = self.observer.wrap_store(store)
         self.store = store
         self.opts = options or RunnerOptions()
         self.dependencies = dict(dependencies or {})
@@ -136,6 +143,7 @@ class Runner:
             stopping=self._stopping,
             after_commit=self._deferred_nudge,
             threads=self.opts.concurrency,
+            observer=self.observer,
         )
         """Drives each claimed state-machine instance (public: the testing helpers use it)."""
         self.dag_types: tuple[str, ...] = ()
@@ -155,6 +163,7 @@ class Runner:
                 loop=self._loop,
                 threads=self.opts.concurrency,
                 workflows=self.classes,
+                observer=self.observer,
             )
 
     # -- lifecycle --------------------------------------------------------------------
@@ -420,6 +429,7 @@ class Runner:
     def _run_claim(self, claim: Claim, *, startup: bool) -> None:
         with self._busy_lock:
             self._busy += 1
+        context = observe.enter_claim(claim)  # every record of this claim names it
         try:
             # The kind picks the driver; a task whose kind differs from its instance's is
             # a row that lies about itself (written by hand): never run it.
@@ -429,6 +439,7 @@ class Runner:
             else:
                 drive(claim, startup)
         except LeaseLost as exc:
+            self.observer.lease_lost()
             log.warning(
                 "instance %s: lease lost, this runner's outcome was not committed: %s",
                 claim.instance.id,
@@ -458,6 +469,7 @@ class Runner:
                 claim.instance.id, reason=f"runner error: {exc!r}", worker=self.worker_id
             )
         finally:
+            observe.leave(context)
             with self._busy_lock:
                 self._busy -= 1
 

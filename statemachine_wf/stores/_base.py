@@ -183,6 +183,7 @@ class SqlBase(ABC):
             "created": self._encode({"input": new.input, "initial": new.initial or None}),
             "delay": new.delay,
             "run_at": new.run_at,
+            "trace": new.trace_context,
         }
 
     def create(self, new: NewInstance) -> tuple[str, bool]:

@@ -238,6 +238,9 @@ def instance_record(row: Mapping[str, Any]) -> InstanceRecord:
         waiting=row["waiting_key"],
         parent_node=row["parent_node"],
         deleted_at=_deleted_at(row),
+        # keys(): a sqlite3.Row's `in` looks at its values; a row read before migration
+        # 014 (or by a query naming its columns) has no trace context.
+        trace_context=row["trace_context"] if "trace_context" in row.keys() else None,  # noqa: SIM118
     )
 
 

@@ -290,6 +290,7 @@ class SqlStore(SqlReads):
             events=self._encode(new_event_dicts(new.events)),
             start=new.start,
             delay=new.delay,
+            trace=new.trace_context,
         )
         return self._created(row, new.idempotency_key) or self.dag_create(new)
 

@@ -71,6 +71,7 @@ class PostgresStore(PgConnections):
             "parent_nodes": [n.parent_node for n in news],
             "delays": [n.delay for n in news],
             "run_ats": [n.run_at for n in news],
+            "traces": [n.trace_context for n in news],
             "channel": self.channel,
         }
         rows = self._all(Q["create_many"], params)

@@ -5,9 +5,9 @@
 -- name: create
 WITH ins AS (
     INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
-                              parent_id, parent_node)
+                              parent_id, parent_node, trace_context)
     VALUES (%(id)s, %(type)s, %(kind)s, 'PENDING', nullif(%(step)s, ''), %(input)s, %(key)s,
-            %(priority)s, %(parent_id)s, %(parent_node)s)
+            %(priority)s, %(parent_id)s, %(parent_node)s, %(trace)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, type
 ), ev AS (
@@ -32,18 +32,18 @@ WITH rows AS (
     FROM unnest(%(ids)s::uuid[], %(types)s::text[], %(kinds)s::text[], %(steps)s::text[],
                 %(inputs)s::jsonb[], %(keys)s::text[], %(priorities)s::integer[],
                 %(parent_ids)s::uuid[], %(parent_nodes)s::text[], %(delays)s::float8[],
-                %(run_ats)s::float8[])
+                %(run_ats)s::float8[], %(traces)s::text[])
          WITH ORDINALITY
          AS r(id, type, kind, step, input, key, priority, parent_id, parent_node, delay,
-              run_at, pos)
+              run_at, trace, pos)
 ), existing AS (
     SELECT r.pos, i.id, i.type, i.type <> r.type AS clash
     FROM rows r JOIN wf_instances i ON i.idempotency_key = r.key
 ), ins AS (
     INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
-                              parent_id, parent_node)
+                              parent_id, parent_node, trace_context)
     SELECT id, type, kind, 'PENDING', nullif(step, ''), input, key, priority, parent_id,
-           parent_node
+           parent_node, trace
     FROM rows
     WHERE NOT EXISTS (SELECT 1 FROM existing WHERE clash)
     ORDER BY key, pos  -- one key order for every producer: overlapping batches can't deadlock
@@ -559,9 +559,9 @@ SELECT * FROM wf_instances WHERE parent_id = %(id)s ORDER BY created_at;
 -- name: dag_create
 WITH ins AS (
     INSERT INTO wf_instances (id, type, kind, status, input, idempotency_key, priority,
-                              parent_id)
+                              parent_id, trace_context)
     VALUES (%(id)s, %(type)s, 'dag', 'RUNNING', %(input)s, %(key)s, %(priority)s,
-            %(parent_id)s)
+            %(parent_id)s, %(trace)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, type
 ), run AS (

@@ -8,9 +8,9 @@
 -- previous statement's count) - its WORKFLOW_CREATED event and its task. Returns the id
 -- when created.
 INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
-                          parent_id, parent_node, created_at, updated_at)
+                          parent_id, parent_node, created_at, updated_at, trace_context)
 VALUES (:id, :type, :kind, 'PENDING', nullif(:step, ''), :input, :key, :priority, :parent_id,
-        :parent_node, :now, :now)
+        :parent_node, :now, :now, :trace)
 ON CONFLICT (idempotency_key) DO NOTHING;
 INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
 SELECT :id, NULL, 'WORKFLOW_CREATED', NULL, :created, NULL, NULL, :now WHERE changes() = 1;
@@ -421,8 +421,8 @@ SELECT * FROM wf_instances WHERE parent_id = :id ORDER BY created_at;
 -- created by this very script has none: the two go in together), the task on the run's
 -- insert, the returned id on the task's. Returns the id when created.
 INSERT INTO wf_instances (id, type, kind, status, input, idempotency_key, priority,
-                          parent_id, created_at, updated_at)
-VALUES (:id, :type, 'dag', 'RUNNING', :input, :key, :priority, :parent_id, :now, :now)
+                          parent_id, created_at, updated_at, trace_context)
+VALUES (:id, :type, 'dag', 'RUNNING', :input, :key, :priority, :parent_id, :now, :now, :trace)
 ON CONFLICT (idempotency_key) DO NOTHING;
 INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
 SELECT :id, value ->> '$.node', value ->> '$.event_type', value ->> '$.attempt',

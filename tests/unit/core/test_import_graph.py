@@ -57,6 +57,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "port": ("core", "core.records", "core.ports", "core.store"),
     # The version-checked operations and the only CAS-retry loop.
     "operations": ("runtime.operations",),
+    # Instrumentation (log context, traces, metrics): below everything that it observes.
+    "observe": ("runtime.observe",),
     # Driving claimed instances: the pool, one driver per kind, the DAG node handlers.
     "runtime": (
         "runtime",
