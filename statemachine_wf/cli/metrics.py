@@ -25,7 +25,7 @@ def worker_metrics(store: Store) -> WorkerMetrics:
 
     class SignerCollector(Collector):
         """Each held signer slot, read from the store per scrape: how long its holder
-        has held it (what the first waiter has waited at most), how many wait, and the
+        has held it, how many wait and how long the oldest of them has waited, and the
         age of the holder's in-flight transaction."""
 
         def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -37,6 +37,11 @@ def worker_metrics(store: Store) -> WorkerMetrics:
             waiting = GaugeMetricFamily(
                 "swf_signer_slot_waiting", "Instances waiting for the slot", labels=["key"]
             )
+            wait = GaugeMetricFamily(
+                "swf_signer_slot_wait_seconds",
+                "Seconds the slot's oldest waiter has waited for it",
+                labels=["key"],
+            )
             age = GaugeMetricFamily(
                 "swf_signer_tx_pending_age_seconds",
                 "Seconds since the holder's pending transaction was broadcast",
@@ -45,10 +50,13 @@ def worker_metrics(store: Store) -> WorkerMetrics:
             for q in signer_queues(store):
                 held.add_metric([q.key], max(0.0, q.now - q.held_since))
                 waiting.add_metric([q.key], len(q.waiting))
+                if q.longest_wait is not None:
+                    wait.add_metric([q.key], q.longest_wait)
                 if q.pending_age is not None:
                     age.add_metric([q.key], q.pending_age)
             yield held
             yield waiting
+            yield wait
             yield age
 
     metrics = WorkerMetrics()

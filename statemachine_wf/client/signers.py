@@ -65,6 +65,7 @@ class SignerQueue:
         sent: The holder's transactions, in the order it signed them (first send,
             re-nonces, fee bumps).
         now: When the view was read (ages are counted from it).
+        waiting_since: When each of ``waiting`` began to wait (Unix time), same order.
     """
 
     key: str
@@ -78,11 +79,17 @@ class SignerQueue:
     waiting: tuple[str, ...]
     sent: tuple[SentTx, ...]
     now: float
+    waiting_since: tuple[float, ...] = ()
 
     @property
     def last_nonce(self) -> int | None:
         """The nonce of the holder's latest transaction (None: nothing signed yet)."""
         return self.sent[-1].nonce if self.sent else None
+
+    @property
+    def longest_wait(self) -> float | None:
+        """Seconds the oldest waiter has waited for the slot (None: nobody waits)."""
+        return max(self.now - min(self.waiting_since), 0.0) if self.waiting_since else None
 
     @property
     def pending_hash(self) -> str | None:
@@ -173,6 +180,7 @@ def signer_queues(
                 holder_step=record.step if record else None,
                 held_since=lock.since,
                 waiting=lock.waiters,
+                waiting_since=lock.waiting_since,
                 sent=sent_transactions(record.progress) if record else (),
                 now=at,
             )

@@ -112,6 +112,8 @@ class LockRecord:
     """Unix time the holder took it."""
     waiters: tuple[str, ...] = ()
     """Instances waiting for it (PENDING, RUNNING or STALLED), oldest wait first."""
+    waiting_since: tuple[float, ...] = ()
+    """Unix time each of ``waiters`` began to wait, in the same order."""
 
 
 @dataclass(frozen=True, slots=True)

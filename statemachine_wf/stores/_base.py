@@ -383,15 +383,17 @@ class SqlBase(ABC):
 
     def locks(self, *, prefix: str = "") -> list[LockRecord]:
         pattern = like_prefix(prefix) if prefix else None
-        waiters: dict[str, list[str]] = {}
+        waiters: dict[str, list[tuple[str, float]]] = {}
         for row in self._read_all("lock_waiters", pattern=pattern):
-            waiters.setdefault(str(row["key"]), []).append(str(row["instance_id"]))
+            waiter = (str(row["instance_id"]), float(row["since"]))
+            waiters.setdefault(str(row["key"]), []).append(waiter)
         return [
             LockRecord(
                 key=str(row["key"]),
                 holder=str(row["holder"]),
                 since=float(row["since"]),
-                waiters=tuple(waiters.get(str(row["key"]), ())),
+                waiters=tuple(w for w, _ in waiters.get(str(row["key"]), ())),
+                waiting_since=tuple(t for _, t in waiters.get(str(row["key"]), ())),
             )
             for row in self._read_all("locks_held", pattern=pattern)
         ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from statemachine_wf.core import decide
 from statemachine_wf.core.store import Commit, Store
 from tests.integration.core.test_store_contract import new
@@ -77,6 +79,8 @@ def test_locks_lists_the_held_locks_with_their_live_waiters(store: Store) -> Non
     held = store.locks(prefix="eth:")
     assert [(x.key, x.holder, x.waiters) for x in held] == [("eth:1:0xaa", a, (b, c))]
     assert held[0].since > 0
+    b_since, c_since = held[0].waiting_since  # when each began to wait, in their order
+    assert held[0].since <= b_since <= c_since <= time.time()
     assert [x.key for x in store.locks()] == ["eth:1:0xaa", "other_%"]
     assert store.locks(prefix="other_") == store.locks(prefix="other_%")  # literal _, %
     assert store.locks(prefix="otherX") == []

@@ -81,6 +81,29 @@ def test_the_worker_registry_has_the_store_gauges(store: Store) -> None:
     assert metrics.registry.get_sample_value("swf_dead_letters", {"state": "total"}) == 0
 
 
+def test_the_signer_slot_gauges_say_who_holds_who_waits_and_how_long(store: Store) -> None:
+    client = Client(store, [Twice])
+    holder, first, second = (client.start(Twice, {}, delay=3600) for _ in range(3))
+    key = "eth:31337:0x00000000000000000000000000000000000000aa"
+    store.acquire_lock(key, holder)
+    store.acquire_lock(key, first)
+    time.sleep(0.05)
+    store.acquire_lock(key, second)
+    metrics = worker_metrics(store)
+    sample = metrics.registry.get_sample_value
+    assert sample("swf_signer_slot_waiting", {"key": key}) == 2
+    held = sample("swf_signer_slot_held_seconds", {"key": key})
+    wait = sample("swf_signer_slot_wait_seconds", {"key": key})
+    assert held is not None
+    assert wait is not None
+    assert wait >= 0.05  # the oldest waiter's wait: the newest began 0.05 s later
+    assert held >= 0
+    store.release_locks(holder)
+    store.release_locks(first)
+    store.release_locks(second)
+    assert sample("swf_signer_slot_wait_seconds", {"key": key}) is None  # nobody holds it
+
+
 def test_serve_metrics_answers_over_http(sqlite_store: Store) -> None:
     import socket
 
