@@ -292,7 +292,7 @@ def create_app(
         return response
 
     async def metrics_page(request: Request) -> Response:
-        body = await run_in_threadpool(metrics.scrape, reads)
+        body = await run_in_threadpool(metrics.scrape, reads, store)
         return PlainTextResponse(body, media_type=metrics.CONTENT_TYPE)
 
     routes = [

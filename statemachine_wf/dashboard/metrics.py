@@ -3,7 +3,10 @@
 Gauges (their values are the store's at scrape time, so any number of dashboards, or
 none, may run): ``swf_queue_depth{type,kind,state}`` (state ``ready``, ``leased``,
 ``later``), ``swf_dead_letters{state}`` (``total``, ``waiting``: not redriven),
-``swf_instances{status}`` and ``swf_worker_leases{worker}``.
+``swf_instances{status}`` and ``swf_worker_leases{worker}``; and per held signer slot
+(:class:`SignerCollector`) ``swf_signer_slot_held_seconds{key}``,
+``swf_signer_slot_waiting{key}``, ``swf_signer_slot_wait_seconds{key}`` (the oldest
+waiter's wait) and ``swf_signer_tx_pending_age_seconds{key}``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..client.signers import signer_queues
+from ..core.store import Store
 from .reads import Overview
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -49,8 +54,48 @@ class StoreCollector(Collector):
         yield leases
 
 
-def scrape(reads: Overview | None) -> bytes:
-    """One scrape: the store's counts in the text exposition format."""
+class SignerCollector(Collector):
+    """Each held signer slot, read from the store per scrape: how long its holder has held
+    it, how many wait and how long the oldest of them has waited, and the age of the
+    holder's in-flight transaction."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        held = GaugeMetricFamily(
+            "swf_signer_slot_held_seconds", "Seconds the slot's holder has held it", labels=["key"]
+        )
+        waiting = GaugeMetricFamily(
+            "swf_signer_slot_waiting", "Instances waiting for the slot", labels=["key"]
+        )
+        wait = GaugeMetricFamily(
+            "swf_signer_slot_wait_seconds",
+            "Seconds the slot's oldest waiter has waited for it",
+            labels=["key"],
+        )
+        age = GaugeMetricFamily(
+            "swf_signer_tx_pending_age_seconds",
+            "Seconds since the holder's pending transaction was broadcast",
+            labels=["key"],
+        )
+        for q in signer_queues(self.store):
+            held.add_metric([q.key], max(0.0, q.now - q.held_since))
+            waiting.add_metric([q.key], len(q.waiting))
+            if q.longest_wait is not None:
+                wait.add_metric([q.key], q.longest_wait)
+            if q.pending_age is not None:
+                age.add_metric([q.key], q.pending_age)
+        yield held
+        yield waiting
+        yield wait
+        yield age
+
+
+def scrape(reads: Overview | None, store: Store | None = None) -> bytes:
+    """One scrape: the store's counts (and its signer slots) in the text exposition format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(reads))
+    if store is not None:
+        registry.register(SignerCollector(store))
     return generate_latest(registry)

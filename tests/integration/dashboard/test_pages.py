@@ -175,3 +175,18 @@ def test_the_dag_stream_sends_node_updates_until_the_end(store: Store, web: Test
     assert '"node": "a", "node_status": "completed"' in body
     assert "event: end" in body
     assert 'class="node completed" data-node="a"' in web.get(f"/instances/{dag_id}").text
+
+
+def test_metrics_show_the_signer_slots(store: Store, web: TestClient) -> None:
+    client = Client(store, [ThreeSteps])
+    holder, waiter = (client.start(ThreeSteps, {"n": 1}, delay=3600) for _ in range(2))
+    key = "eth:31337:0x00000000000000000000000000000000000000bb"
+    store.acquire_lock(key, holder)
+    store.acquire_lock(key, waiter)
+    metrics = web.get("/metrics").text
+    assert f'swf_signer_slot_waiting{{key="{key}"}} 1.0' in metrics
+    assert f'swf_signer_slot_held_seconds{{key="{key}"}}' in metrics
+    assert f'swf_signer_slot_wait_seconds{{key="{key}"}}' in metrics
+    store.release_locks(holder)
+    store.release_locks(waiter)
+    assert "swf_signer_slot_waiting{" not in web.get("/metrics").text  # nothing held
