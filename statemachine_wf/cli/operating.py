@@ -29,10 +29,10 @@ def configure_logging(level: int, log_format: str) -> None:
 
 
 def migrate(store: Store, workflows: list[type[Workflow[Any, Any]]]) -> None:
-    # The migrations run in one call with no step count to report: a spinner on a terminal
-    # (a large store's migration can take a while), nothing otherwise.
-    with progress("migrating the schema"):
-        version = store.migrate()
+    # A bar over the pending migrations on a terminal (on a large store one can take a
+    # while: an index over every row), nothing otherwise.
+    with progress("migrating the schema", total=0) as advance:
+        version = store.migrate(on_migration=lambda done, pending: advance(min(done, 1), pending))
     print(f"schema at version {version}")
     if workflows:  # declare them for SQL producers before any runner starts
         store.register_types([w.spec().workflow_type for w in workflows], by="migrate")

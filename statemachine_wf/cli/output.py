@@ -67,11 +67,12 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
 @contextmanager
 def progress(
     description: str, *, total: int | None = None, quiet: bool = False
-) -> Iterator[Callable[[int], None]]:
-    """A function that advances a progress bar by ``n``; a bar only on a terminal's stderr
-    and not when ``quiet`` (``--json``): elsewhere the function does nothing."""
+) -> Iterator[Callable[..., None]]:
+    """A function that advances a progress bar by ``n`` (and sets its ``total=`` when
+    given); a bar only on a terminal's stderr and not when ``quiet`` (``--json``):
+    elsewhere the function does nothing."""
     if quiet or not sys.stderr.isatty():
-        yield lambda n: None
+        yield lambda n, total=None: None
         return
     columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
     if total is not None:
@@ -81,4 +82,10 @@ def progress(
     columns.append(TimeElapsedColumn())
     with Progress(*columns, console=console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
+
+        def advance(n: int, total: int | None = None) -> None:
+            if total is not None:
+                bar.update(task, total=total)
+            bar.advance(task, n)
+
+        yield advance

@@ -14,7 +14,7 @@ depends on nothing above the core (no store implementation, no runner).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..definition.events import EventRecord, NewEvent, Status
@@ -42,8 +42,12 @@ class Lifecycle(Protocol):
 
     dialect: str
 
-    def migrate(self) -> int:
-        """Apply pending migrations; return the schema version."""
+    def migrate(self, on_migration: Callable[[int, int], None] | None = None) -> int:
+        """Apply pending migrations; return the schema version.
+
+        ``on_migration(done, pending)`` is called before the first (``done`` 0) and after
+        each migration applied, ``pending`` being how many this call applies (a progress
+        bar's total)."""
         ...
 
     def close(self) -> None: ...

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
@@ -81,7 +81,7 @@ class SqlBase(ABC):
 
     # -- primitives a dialect supplies -----------------------------------------------
     @abstractmethod
-    def migrate(self) -> int:
+    def migrate(self, on_migration: Callable[[int, int], None] | None = None) -> int:
         """Apply pending migrations (a dialect's connection runs this on first use)."""
 
     @abstractmethod

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -455,7 +455,7 @@ class PgConnections(SqlStore):
                 self._closed.wait(self._pool.reconnect_timeout)
 
     # -- schema -----------------------------------------------------------------------
-    def migrate(self) -> int:
+    def migrate(self, on_migration: Callable[[int, int], None] | None = None) -> int:
         self._migrated = True
         try:
             with self._pool.connection() as conn, conn.transaction():
@@ -475,12 +475,16 @@ class PgConnections(SqlStore):
                 known = max((n for n, _ in migrations("postgres")), default=0)
                 if done and max(done) > known:
                     raise SchemaTooNew(max(done), known)
-                for number, script in migrations("postgres"):
-                    if number not in done:
-                        conn.execute(script.encode())
-                        conn.execute(
-                            "INSERT INTO wf_schema_migrations (version) VALUES (%s)", (number,)
-                        )
+                pending = [(n, script) for n, script in migrations("postgres") if n not in done]
+                if on_migration is not None:
+                    on_migration(0, len(pending))
+                for applied, (number, script) in enumerate(pending, start=1):
+                    conn.execute(script.encode())
+                    conn.execute(
+                        "INSERT INTO wf_schema_migrations (version) VALUES (%s)", (number,)
+                    )
+                    if on_migration is not None:
+                        on_migration(applied, len(pending))
                 limit = configured_max_payload_bytes()
                 if limit is not None:
                     setting = {"name": "max_payload_bytes", "value": str(limit)}

@@ -17,7 +17,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
@@ -269,7 +269,7 @@ class SQLiteConnections(SqlStore):
             conn.close()
 
     # -- schema -----------------------------------------------------------------------
-    def migrate(self) -> int:
+    def migrate(self, on_migration: Callable[[int, int], None] | None = None) -> int:
         self._migrated = True
         conn = self._conn()
         try:
@@ -283,14 +283,17 @@ class SQLiteConnections(SqlStore):
             if done and max(done) > known:
                 conn.execute("ROLLBACK")
                 raise SchemaTooNew(max(done), known)
-            for number, script in migrations("sqlite"):
-                if number in done:
-                    continue
+            pending = [(n, script) for n, script in migrations("sqlite") if n not in done]
+            if on_migration is not None:
+                on_migration(0, len(pending))
+            for applied, (number, script) in enumerate(pending, start=1):
                 for statement in split_statements(script):
                     conn.execute(statement)
                 conn.execute(
                     "INSERT INTO wf_schema_migrations VALUES (?, ?)", (number, time.time())
                 )
+                if on_migration is not None:
+                    on_migration(applied, len(pending))
             limit = configured_max_payload_bytes()
             if limit is not None:
                 conn.execute(

@@ -179,3 +179,14 @@ def test_signers_and_dead_letters_as_tables_on_a_terminal(store: Store, argv: li
     letters = _on_a_terminal(argv, "dead-letters")
     assert re.search(r"┃ id +┃ at \(UTC\) +┃ instance +┃ reason +┃", letters)
     assert re.search(rf"│ {ids['gone']} +│ poison +│", letters)
+
+
+def test_migrate_shows_a_bar_over_the_pending_migrations(tmp_path: Path) -> None:
+    fresh = ["--db", f"sqlite:///{tmp_path / 'fresh.db'}"]
+    first = _on_a_terminal(fresh, "migrate")
+    found = re.findall(r"migrating the schema[ ━]*(\d+)/(\d+)", first)
+    assert found
+    assert found[-1][0] == found[-1][1] != "0"  # every pending migration, one by one
+    assert first.rstrip().endswith(f"schema at version {found[-1][1]}")
+    again = _on_a_terminal(fresh, "migrate")  # nothing pending: an empty bar
+    assert re.findall(r"migrating the schema[ ━]*(\d+)/(\d+)", again)[-1] == ("0", "0")
