@@ -27,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     core.add_argument(
         "--metrics", action="store_true", help="runners count into the worker's metrics"
     )
+    core.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="a dashboard process open on the store, polled every second, during the run",
+    )
 
     prof = sub.add_parser("profile", help="cProfile one single-process runner run")
     prof.add_argument("--store", choices=("pg", "sqlite"), default="pg")
@@ -181,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             sqlite_concurrency=args.sqlite_concurrency,
             latency_samples=30 if args.quick else args.latency_samples,
             metrics=args.metrics,
+            dashboard=args.dashboard,
         )
         if args.dsn:
             s.dsn = args.dsn

@@ -83,6 +83,8 @@ class Settings:
     tmp: str = ""
     metrics: bool = False
     """The runners count into a WorkerMetrics (``worker --metrics-port``'s instruments)."""
+    dashboard: bool = False
+    """A dashboard process is open on the store during the timed run (see open_dashboard)."""
 
 
 # -- stores -------------------------------------------------------------------------
@@ -437,18 +439,82 @@ def run_swf(s: Settings, store: str, procs: int, *, e2e: bool = False) -> Result
         specs = [dict(spec) for _ in range(procs)]
     name = f"swf {store} {procs}p" + (" e2e (start+run)" if e2e else "")
     try:
-        with watcher(spec) as count:
+        opened = open_dashboard(spec) if s.dashboard else contextlib.nullcontext({})
+        with opened as dash, watcher(spec) as count:
             elapsed, outs = run_group(
                 runner_child, specs, poll=count, expect=s.n, timeout=s.timeout
             )
             done, _ = count()
-        extra.update(outs[-1], completed=done)
+        extra.update(outs[-1], completed=done, **dash)
         note = f"conc {spec['concurrency']}/proc"
         if not e2e:
             note += f"; start() {extra['start_per_s']:.0f}/s"
         return Result(name, store, "swf", procs, s.n, elapsed, note=note, extra=extra)
     finally:
         drop_store(spec)
+
+
+@contextlib.contextmanager
+def open_dashboard(spec: dict[str, Any], every: float = 1.0) -> Iterator[dict[str, Any]]:
+    """``statemachine-wf dashboard`` on the configuration's store, in its own process, and
+    what an open browser tab plus a Prometheus scrape ask of it: the overview, the first
+    page of instances and ``/metrics``, every ``every`` seconds. Yields a dict that gets
+    the number of polls and the dashboard process's CPU seconds when the block ends."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    if spec["store"] == "pg":
+        db = ["--db", spec["dsn"], "--schema", spec["schema"]]
+    else:
+        db = ["--db", f"sqlite:///{spec['path']}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statemachine_wf.cli", *db, "dashboard", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(base + "/", timeout=5).read()
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("the dashboard did not start") from None
+            time.sleep(0.2)
+    stop = threading.Event()
+    out: dict[str, Any] = {"dashboard_polls": 0}
+
+    def poll() -> None:
+        while not stop.wait(every):
+            for path in ("/", "/instances", "/metrics"):
+                with contextlib.suppress(OSError):
+                    urllib.request.urlopen(base + path, timeout=10).read()
+            out["dashboard_polls"] += 1
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        poller.join(timeout=15)
+        with contextlib.suppress(OSError, ValueError):
+            with open(f"/proc/{proc.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            out["dashboard_cpu_s"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 # -- raw SQL: the physical limit of the same writes -------------------------------------
