@@ -105,7 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     authoring.add_argument("files", nargs="*", help="default: examples/chaoschain/workflows.py")
 
+    paging = sub.add_parser("paging", help="the dashboard's instance pages over a big table")
+    paging.add_argument("--rows", type=int, default=1_000_000)
+    paging.add_argument("--repeat", type=int, default=21)
+    paging.add_argument("--stores", default="pg,sqlite")
+
     args = parser.parse_args(argv)
+    if args.cmd == "paging":
+        from . import paging as pg
+
+        return pg.main(args.rows, args.repeat, args.stores.split(","))
     if args.cmd == "authoring":
         from . import authoring as au
 
