@@ -208,6 +208,7 @@ def _parser() -> argparse.ArgumentParser:
 
     g = command("graph", "print a workflow type's state graph (Mermaid)")
     g.add_argument("type", help="the workflow type")
+    g.add_argument("--json", action="store_true", help="machine-readable output")
 
     ls = command("list", "list instances, newest first")
     ls.add_argument(

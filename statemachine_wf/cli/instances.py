@@ -113,7 +113,19 @@ def graph(client: Client, args: argparse.Namespace) -> None:
     cls = client.classes.get(args.type)
     if cls is None:
         raise UnknownWorkflowType(args.type, list(client.classes))
-    print(cls.spec().mermaid(), end="")
+    spec = cls.spec()
+    if args.json:  # the states and their declared targets, and the same as Mermaid
+        steps = {name: sorted(s.targets) for name, s in spec.steps.items()}
+        output.print_json(
+            {
+                "type": spec.workflow_type,
+                "initial": spec.initial,
+                "steps": steps,
+                "mermaid": spec.mermaid(),
+            }
+        )
+        return
+    print(spec.mermaid(), end="")
 
 
 def listing(client: Client, args: argparse.Namespace) -> None:

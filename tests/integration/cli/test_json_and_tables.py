@@ -190,3 +190,21 @@ def test_migrate_shows_a_bar_over_the_pending_migrations(tmp_path: Path) -> None
     assert first.rstrip().endswith(f"schema at version {found[-1][1]}")
     again = _on_a_terminal(fresh, "migrate")  # nothing pending: an empty bar
     assert re.findall(r"migrating the schema[ ━]*(\d+)/(\d+)", again)[-1] == ("0", "0")
+
+
+def test_graph_as_json_names_every_state_and_its_targets(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    graph = _json(
+        [*argv, "-m", "examples.chaoschain"],
+        capsys,
+        "graph",
+        "chaoschain.work_submission.v1",
+        "--json",
+    )
+    assert isinstance(graph, dict)
+    assert graph["type"] == "chaoschain.work_submission.v1"
+    assert graph["initial"] == "UPLOAD_EVIDENCE"
+    assert graph["steps"]["UPLOAD_EVIDENCE"] == ["SUBMIT_ONCHAIN"]
+    assert graph["steps"]["AWAIT_TX_CONFIRM"] == ["COMPLETED", "SUBMIT_ONCHAIN"]
+    assert "[*] --> UPLOAD_EVIDENCE" in graph["mermaid"]
