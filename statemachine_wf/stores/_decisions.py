@@ -174,6 +174,18 @@ class SqlStore(SqlReads):
         transaction."""
         return row["signals"]
 
+    def _claim_params(
+        self, types: Sequence[str], worker: str, lease: float, limit: int, incarnation: str
+    ) -> dict[str, Any]:
+        """A claim's parameters; its lease token is fresh (see new_lease_token)."""
+        return self._params(
+            types=self._array(types),
+            worker=worker,
+            lease=lease,
+            limit=limit,
+            token=new_lease_token(incarnation),
+        )
+
     def claim(
         self,
         *,
@@ -187,13 +199,7 @@ class SqlStore(SqlReads):
         # every claimed instance's version bumped (an earlier holder whose lease expired
         # loses its next CAS instead of writing over ours), and where the step may start
         # at once its next attempt's intent, STEP_STARTED: what a crashed runner leaves.
-        params = self._params(
-            types=self._array(types),
-            worker=worker,
-            lease=lease,
-            limit=limit,
-            token=new_lease_token(incarnation),
-        )
+        params = self._claim_params(types, worker, lease, limit, incarnation)
         with self._statement() as conn:
             claimed = []
             for row in self._run(conn, "claim", params).fetchall():
@@ -305,13 +311,7 @@ class SqlStore(SqlReads):
     ) -> list[Claim]:
         # One commit: the leases (under one fresh token: see new_lease_token) and each
         # node's NODE_STARTED, the intent a crashed runner leaves behind.
-        params = self._params(
-            types=self._array(types),
-            worker=worker,
-            lease=lease,
-            limit=limit,
-            token=new_lease_token(incarnation),
-        )
+        params = self._claim_params(types, worker, lease, limit, incarnation)
         with self._statement() as conn:
             rows = list(self._run(conn, "dag_claim", params).fetchall())
             claimed = [(r, self._claimed_instance(conn, r)) for r in rows]
