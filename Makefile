@@ -22,8 +22,9 @@ demo: venv  ## install, then run the payout example and the ChaosChain example (
 	$(VPY) -m examples.chaoschain
 
 # npm install, not npm ci: npm ci refuses a lock that lacks anvil's builds for other
-# platforms, and the registry here serves none of them; npm install leaves the committed
-# lock as it is (tests/acceptance/test_installed_package.py checks that).
+# platforms, which the registry here did not always serve (the committed lock now lists
+# them); npm install leaves the committed lock as it is
+# (tests/acceptance/test_installed_package.py checks that).
 install: venv  ## install the package with every extra, the npm peers, and Debian's chromium for the dashboard's browser tests
 	$(VPY) -m pip install -q -e '.[dev,bench]'
 	command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y --no-install-recommends chromium chromium-driver; }
