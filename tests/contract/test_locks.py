@@ -69,6 +69,51 @@ def test_an_instance_that_ends_releases_its_locks_and_wakes_its_waiters(store: S
     assert woken.instance.id == waiter
 
 
+def test_a_release_wakes_one_waiter_the_longest_waiting_one_no_runner_holds(
+    store: Store,
+) -> None:
+    holder = new(store, type_="c.holder.v1")
+    waiters = [new(store, delay=3600) for _ in range(3)]  # parked: due only when woken
+    store.acquire_lock("k", holder)
+    for w in waiters:
+        assert store.acquire_lock("k", w) == holder
+        time.sleep(0.002)  # distinct queueing times: the order is theirs
+    store.release_locks(holder, key="k")
+    [first] = store.claim(worker="w", types=[TYPE], lease=300, limit=10)
+    assert first.instance.id == waiters[0]  # one, not a herd of three
+
+    # The woken waiter ends without taking the lock: it passes the wake-up on.
+    d = decide.cancel(first.instance.projection(in_flight=True), leased=False)
+    store.apply(Commit(waiters[0], first.instance.version, d, "w"))
+    [second] = store.claim(worker="w", types=[TYPE], lease=300, limit=10)
+    assert second.instance.id == waiters[1]
+
+    # A waiter a runner holds right now is skipped: it is inside its step and asks itself.
+    other = new(store, type_="c.holder.v1")
+    assert store.acquire_lock("k", other) == other
+    store.release_locks(other, key="k")
+    [third] = store.claim(worker="w", types=[TYPE], lease=300, limit=10)
+    assert third.instance.id == waiters[2]
+    assert store.claim(worker="w", types=[TYPE], lease=300, limit=10) == []
+
+
+def test_an_ending_holder_wakes_one_waiter_of_each_lock(store: Store) -> None:
+    claim = started(store, type_="c.holder.v1")
+    holder = claim.instance.id
+    store.acquire_lock("k1", holder)
+    store.acquire_lock("k2", holder)
+    on_k1 = [new(store, delay=3600) for _ in range(2)]
+    on_k2 = new(store, delay=3600)
+    for w in on_k1:
+        store.acquire_lock("k1", w)
+        time.sleep(0.002)
+    store.acquire_lock("k2", on_k2)
+    d = decide.cancel(claim.instance.projection(in_flight=True), leased=False)
+    store.apply(Commit(holder, claim.instance.version, d, "w"))
+    woken = store.claim(worker="w", types=[TYPE], lease=300, limit=10)
+    assert sorted(c.instance.id for c in woken) == sorted([on_k1[0], on_k2])
+
+
 def test_locks_lists_the_held_locks_with_their_live_waiters(store: Store) -> None:
     a, b, c, d = (new(store) for _ in range(4))
     assert store.locks() == []

@@ -174,10 +174,24 @@ SELECT version, pg_notify(%(channel)s, type) FROM inst;
 ), rel AS (
     -- An instance that ends releases its locks and wakes their waiters, in the same commit.
     DELETE FROM wf_locks l USING inst WHERE l.holder = inst.id RETURNING l.key
+), freed AS (
+    -- The keys this commit leaves free with somebody still queued: the ones it releases,
+    -- and the ones it queued for and never took (a woken waiter that ends without taking
+    -- the lock passes the wake-up on; see lock_release).
+    SELECT key FROM rel
+    UNION
+    SELECT w.key FROM wf_lock_waiters w, inst
+    WHERE w.instance_id = inst.id AND NOT EXISTS (SELECT 1 FROM wf_locks l WHERE l.key = w.key)
 ), woke AS (
     UPDATE wf_tasks SET due_at = now()
     WHERE lease_owner IS NULL
-      AND instance_id IN (SELECT w.instance_id FROM wf_lock_waiters w JOIN rel ON rel.key = w.key)
+      AND instance_id IN (
+          SELECT DISTINCT ON (w.key) w.instance_id
+          FROM wf_lock_waiters w JOIN freed ON freed.key = w.key, inst
+          WHERE w.instance_id <> inst.id
+            AND EXISTS (SELECT 1 FROM wf_tasks t
+                        WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
+          ORDER BY w.key, w.since, w.instance_id)
     RETURNING id
 ), parent AS (
     -- A sub-workflow that ends makes its parent's waiting node task due, in this commit.
@@ -505,13 +519,25 @@ RETURNING holder;
 DELETE FROM wf_lock_waiters WHERE key = %(key)s AND instance_id = %(id)s;
 
 -- name: lock_release
+-- Wakes one waiter per released key, not all of them: the longest-waiting one whose task
+-- no runner holds (a leased waiter is inside its step and asks for the lock itself, or
+-- wakes itself on seeing it free: MachineDriver). Waking every waiter made a herd: each
+-- one claimed, ran its step up to hold() and parked again, for one of them to win; a
+-- per-signer queue of N waiters paid N claims per transaction. A woken waiter that ends
+-- without taking the lock passes the wake-up on (apply_finish); one that moves on to a
+-- step that never asks for it leaves the others to their recheck, the safety net.
 WITH rel AS (
     DELETE FROM wf_locks WHERE holder = %(id)s AND (%(key)s::text IS NULL OR key = %(key)s)
     RETURNING key
 ), woke AS (
     UPDATE wf_tasks SET due_at = now()
     WHERE lease_owner IS NULL
-      AND instance_id IN (SELECT w.instance_id FROM wf_lock_waiters w JOIN rel ON rel.key = w.key)
+      AND instance_id IN (
+          SELECT DISTINCT ON (w.key) w.instance_id
+          FROM wf_lock_waiters w JOIN rel ON rel.key = w.key
+          WHERE EXISTS (SELECT 1 FROM wf_tasks t
+                        WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
+          ORDER BY w.key, w.since, w.instance_id)
     RETURNING instance_id
 )
 SELECT (SELECT count(*) FROM rel) AS released, (SELECT count(*) FROM woke) AS woken,

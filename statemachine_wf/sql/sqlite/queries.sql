@@ -109,12 +109,23 @@ SELECT :version + 1 AS version;
 
 -- name: apply_finish
 DELETE FROM wf_tasks WHERE instance_id = :id AND slot = '';
--- An instance that ends releases its locks and wakes their waiters, in the same commit
--- (the waiters are found through the locks, so the wake-up goes first).
+-- An instance that ends releases its locks and wakes one waiter of each, in the same
+-- commit (the waiters are found through the locks, so the wake-up goes first). The keys
+-- it queued for and never took, now free, pass their wake-up on too: it may have been
+-- the waiter a release woke (lock_release, and PostgreSQL's apply_finish).
 UPDATE wf_tasks SET due_at = :now
 WHERE lease_owner IS NULL
-  AND instance_id IN (SELECT w.instance_id FROM wf_lock_waiters w JOIN wf_locks l ON l.key = w.key
-                      WHERE l.holder = :id);
+  AND instance_id IN (
+      SELECT (SELECT w.instance_id FROM wf_lock_waiters w
+              WHERE w.key = f.key AND w.instance_id <> :id
+                AND EXISTS (SELECT 1 FROM wf_tasks t
+                            WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
+              ORDER BY w.since, w.instance_id LIMIT 1)
+      FROM (SELECT key FROM wf_locks WHERE holder = :id
+            UNION
+            SELECT w.key FROM wf_lock_waiters w
+            WHERE w.instance_id = :id
+              AND NOT EXISTS (SELECT 1 FROM wf_locks l WHERE l.key = w.key)) AS f);
 DELETE FROM wf_locks WHERE holder = :id;
 -- An instance that ends dead-letters the signals it never applied and voids its timers
 -- (those this commit settled are no longer pending: apply_signals ran first).
@@ -365,13 +376,19 @@ ORDER BY w.key, w.since, w.instance_id;
 DELETE FROM wf_lock_waiters WHERE key = :key AND instance_id = :id;
 
 -- name: lock_release
--- A script (one transaction): wake the waiters of every lock the instance releases (all
+-- A script (one transaction): wake one waiter of every lock the instance releases (all
 -- of them, or :key), release them, and count them. The waiters are found through the
--- locks, so the wake-up goes first.
+-- locks, so the wake-up goes first. One waiter, the longest-waiting one whose task no
+-- runner holds, not all: see PostgreSQL's statement of the same name for why.
 UPDATE wf_tasks SET due_at = :now
 WHERE lease_owner IS NULL
-  AND instance_id IN (SELECT w.instance_id FROM wf_lock_waiters w JOIN wf_locks l ON l.key = w.key
-                      WHERE l.holder = :id AND (:key IS NULL OR l.key = :key));
+  AND instance_id IN (
+      SELECT (SELECT w.instance_id FROM wf_lock_waiters w
+              WHERE w.key = l.key
+                AND EXISTS (SELECT 1 FROM wf_tasks t
+                            WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
+              ORDER BY w.since, w.instance_id LIMIT 1)
+      FROM wf_locks l WHERE l.holder = :id AND (:key IS NULL OR l.key = :key));
 DELETE FROM wf_locks WHERE holder = :id AND (:key IS NULL OR key = :key);
 SELECT changes() AS released;
 
