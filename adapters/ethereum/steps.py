@@ -216,6 +216,7 @@ def event_check(
     filters: Callable[[Any], Mapping[str, Any]],
     *,
     evidence: Callable[[dict[str, Any]], Mapping[str, Any]] | None = None,
+    from_block: int | Callable[[Any], int] = 0,
 ) -> DoneCheck:
     """Done when the contract emitted ``event`` matching ``filters(input)``, at depth.
 
@@ -224,12 +225,19 @@ def event_check(
         filters: Indexed arguments to match, from the workflow's input.
         evidence: What goes into the log, from the first matching log (default: its
             block and transaction hash).
+        from_block: The first block searched: the contract's deployment block, or a
+            function of the input (a block recorded when the work was asked for). Hosted
+            nodes refuse ``eth_getLogs`` over long ranges, so the default 0 (the whole
+            chain) suits a development chain only.
     """
 
     def check(
         eth: EthereumClient, contract: Contract, inp: Any, confirmations: ConfirmationRule
     ) -> Evidence | None:
-        logs = events_at_depth(eth, contract, event, filters(inp), confirmations=confirmations)
+        start = from_block(inp) if callable(from_block) else from_block
+        logs = events_at_depth(
+            eth, contract, event, filters(inp), confirmations=confirmations, from_block=start
+        )
         if not logs:
             return None
         first = logs[0]

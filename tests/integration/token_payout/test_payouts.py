@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
@@ -19,6 +21,7 @@ from statemachine_wf.adapters.ethereum import (
     deploy,
     start_anvil,
 )
+from statemachine_wf.adapters.ethereum.steps import event_check
 from statemachine_wf.adapters.ethereum.types import b32
 from statemachine_wf.stores import open_store
 from tests.integration.chain.conftest import close_http, rpc, wait_for
@@ -176,6 +179,31 @@ def test_paid_out_of_band_deep_enough_completes_at_once_with_the_event_as_eviden
     # The reconcile hook's evidence comes from the same check: the Paid log's fields.
     found = TokenPayout.done_when(env.eth, env.token, PayoutInput.model_validate(inp), 1)
     assert found == {"paid_to": inp["recipient"], "paid_amount": inp["amount"]}
+
+
+def test_event_check_searches_from_the_block_it_is_given(pay_env: PayEnv) -> None:
+    """``event_check(from_block=...)``: the search starts there (a hosted node refuses
+    ``eth_getLogs`` over the whole chain), as a number or from the input."""
+    env = pay_env
+    inp = payout_input(0, tag="from")
+    by_hand = env.eth.build_call(
+        env.token, "payout", b32(inp["payout_id"]), inp["recipient"], inp["amount"],
+        sender=env.treasury.address,
+    )  # fmt: skip
+    env.eth.send_raw(env.treasury.sign_transaction(by_hand))  # automine: in its own block
+    [paid] = env.paid_events()
+    block = int(paid["blockNumber"])
+    rpc(env.eth, "evm_mine")  # and one more on top
+    model = PayoutInput.model_validate(inp)
+
+    def check(from_block: Any) -> Any:
+        done = event_check("Paid", lambda i: {"payoutId": b32(i.payout_id)}, from_block=from_block)
+        return done(env.eth, env.token, model, 1)
+
+    assert check(block) == {"paid": True, "event_block": block, "event_tx": ANY}
+    assert check(lambda i: block) == check(block)
+    assert check(block + 1) is None  # after the event: not found
+    assert check(0) == check(block)  # the default: the whole chain
 
 
 def test_stall_revert_with_nothing_in_flight_frees_the_slot_for_the_next_waiter(
