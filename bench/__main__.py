@@ -69,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="block time: no block until every upload is done (the queue's pace alone)",
     )
+    chain.add_argument(
+        "--store",
+        choices=("sqlite", "pg"),
+        default="sqlite",
+        help="the throughput rows' store (pg: a fresh schema at SWF_TEST_PG_DSN)",
+    )
     chain.add_argument("--only", default="", help="comma-separated: automine,block,recon")
     chain.add_argument("--json", default="", help="also write the results here")
 
@@ -172,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         cs.concurrency = args.concurrency
         cs.procs = args.procs
         cs.preload = args.preload
+        cs.store = args.store
         parts = [x.strip() for x in args.only.split(",") if x.strip()] or None
 
         def log_chain(msg: str) -> None:

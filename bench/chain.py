@@ -64,6 +64,7 @@ class ChainSettings:
     concurrency: int = 8
     procs: int = 1  # >1: the runners are that many `statemachine-wf worker` processes
     preload: bool = False  # block time: mining paused until every upload is done
+    store: str = "sqlite"  # the throughput rows' store: "sqlite" (a file) or "pg" (a schema)
     timeout: float = 300.0
     tmp: str = ""
 
@@ -255,17 +256,75 @@ def _create(store: Any, signers: list[Any], per_signer: int, label: str) -> list
     return ids
 
 
-def _statuses(db: str) -> Counter[str]:
-    conn = sqlite3.connect(db, timeout=30)
-    try:
-        return Counter(
-            dict(conn.execute("SELECT status, count(*) FROM wf_instances GROUP BY status"))
-        )
-    finally:
-        conn.close()
+@dataclass
+class Db:
+    """The store of one throughput row: a SQLite file or a fresh PostgreSQL schema.
+
+    The bench's own probes (statuses, steps) read it with plain SQL beside the runners.
+    """
+
+    kind: str  # "sqlite" | "pg"
+    path: str = ""
+    dsn: str = ""
+    schema: str = ""
+
+    @classmethod
+    def fresh(cls, s: ChainSettings, tag: str) -> Db:
+        if s.store == "pg":
+            from .core import fresh_store, pg_dsn
+
+            db = cls(
+                "pg", dsn=pg_dsn(), schema=f"swfbench_chain_{tag.replace('-', '_')}_{os.getpid()}"
+            )
+            fresh_store({"store": "pg", "dsn": db.dsn, "schema": db.schema})
+            return db
+        return cls("sqlite", path=os.path.join(s.tmp, f"{tag}.db"))
+
+    def open(self, pool_size: int = 12) -> Any:
+        if self.kind == "pg":
+            from statemachine_wf.stores.postgres import PostgresStore
+
+            return PostgresStore(self.dsn, schema=self.schema, pool_size=pool_size)
+        from statemachine_wf.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(self.path)
+
+    def cli(self) -> list[str]:
+        """The CLI's ``--db`` (and ``--schema``) for this store."""
+        if self.kind == "pg":
+            return ["--db", self.dsn, "--schema", self.schema]
+        return ["--db", f"sqlite:///{self.path}"]
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        if self.kind == "pg":
+            import psycopg
+
+            opts = f"-c search_path={self.schema}"
+            with psycopg.connect(self.dsn, autocommit=True, options=opts) as conn:
+                return list(conn.execute(sql.replace("?", "%s"), params).fetchall())
+        lite = sqlite3.connect(self.path, timeout=30)
+        try:
+            return list(lite.execute(sql, params).fetchall())
+        finally:
+            lite.close()
+
+    def drop(self) -> None:
+        if self.kind == "pg":
+            import psycopg
+            from psycopg import sql
+
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
+                )
 
 
-def _wait_done(db: str, n: int, timeout: float, *, interval: float = 0.02) -> Counter[str]:
+def _statuses(db: Db) -> Counter[str]:
+    rows = db.query("SELECT status, count(*) FROM wf_instances GROUP BY status")
+    return Counter({str(k): int(v) for k, v in rows})
+
+
+def _wait_done(db: Db, n: int, timeout: float, *, interval: float = 0.02) -> Counter[str]:
     """Poll until every instance is terminal (or STALLED/FAILED shows up for long)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -277,19 +336,15 @@ def _wait_done(db: str, n: int, timeout: float, *, interval: float = 0.02) -> Co
         time.sleep(interval)
 
 
-def _wait_uploaded(db: str, n: int, timeout: float) -> None:
+def _wait_uploaded(db: Db, n: int, timeout: float) -> None:
     """Until all ``n`` instances are past UPLOAD_EVIDENCE (parked on the slot, or in AWAIT)."""
     deadline = time.monotonic() + timeout
     while True:
-        conn = sqlite3.connect(db, timeout=30)
-        try:
-            q = (
-                "SELECT count(*) FROM wf_instances WHERE step IN (?, ?)"
-                " AND status IN ('RUNNING', 'PENDING')"
-            )
-            past = int(conn.execute(q, ("SUBMIT_ONCHAIN", AWAIT)).fetchone()[0])
-        finally:
-            conn.close()
+        q = (
+            "SELECT count(*) FROM wf_instances WHERE step IN (?, ?)"
+            " AND status IN ('RUNNING', 'PENDING')"
+        )
+        past = int(db.query(q, ("SUBMIT_ONCHAIN", AWAIT))[0][0])
         if past >= n:
             return
         if time.monotonic() > deadline:
@@ -357,7 +412,7 @@ def _pace(store: Any, ids: list[str]) -> dict[str, Any]:
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _workers(s: ChainSettings, ar: Arweave, chain: Chain, keys: list[str], db: str) -> list[Any]:
+def _workers(s: ChainSettings, ar: Arweave, chain: Chain, keys: list[str], db: Db) -> list[Any]:
     """``s.procs`` CLI workers with the ChaosChain deps from the environment."""
     from examples.chaoschain.deps import ENV_VARS
 
@@ -377,7 +432,7 @@ def _workers(s: ChainSettings, ar: Arweave, chain: Chain, keys: list[str], db: s
     procs = []
     for n in range(s.procs):
         cmd = [
-            sys.executable, "-m", "statemachine_wf.cli", "--db", f"sqlite:///{db}",
+            sys.executable, "-m", "statemachine_wf.cli", *db.cli(),
             "-m", "examples.chaoschain.workflows", "worker",
             "--deps", "examples.chaoschain:dependencies",
             "--concurrency", str(s.concurrency), "--id", f"bench-{n}",
@@ -403,13 +458,12 @@ def _stop_workers(procs: list[Any]) -> None:
 # -- (1) + (2): throughput and latency ----------------------------------------------------
 def run_throughput(s: ChainSettings, ar: Arweave, chain: Chain, mode: str, k: int) -> Row:
     from statemachine_wf.adapters.ethereum import LocalSigner
-    from statemachine_wf.stores.sqlite import SQLiteStore
 
     per = s.per_signer_auto if mode == "automine" else s.per_signer_block
     name = f"{mode} {k} signer{'s' if k > 1 else ''}"
     signers = [LocalSigner.from_private_key(key) for key in chain.keys[:k]]
-    db = os.path.join(s.tmp, f"{mode}-{k}.db")
-    store = SQLiteStore(db)
+    db = Db.fresh(s, f"{mode}-{k}")
+    store = db.open(pool_size=s.concurrency + 4)
     store.migrate()
     ids = _create(store, signers, per, name)
     nonces0 = [chain.eth.nonce(sg.address) for sg in signers]
@@ -418,6 +472,8 @@ def run_throughput(s: ChainSettings, ar: Arweave, chain: Chain, mode: str, k: in
     runner = None
     if s.procs > 1:
         name += f", {s.procs} procs"
+    if db.kind == "pg":
+        name += ", pg"
     preload = s.preload and mode == "block"
     if preload:
         # The queue alone: no block until every instance has uploaded its evidence and
@@ -451,6 +507,8 @@ def run_throughput(s: ChainSettings, ar: Arweave, chain: Chain, mode: str, k: in
     pace = _pace(store, ids) if mode == "block" else {}
     client.close()
     store.close()
+    if not os.environ.get("SWF_BENCH_KEEP"):  # set it to read the log afterwards
+        db.drop()
     row = Row(
         name, mode, k, len(ids), elapsed, txs=txs, window=t["window"],
         submit_ms=t["submit_ms"], total_ms=t["total_ms"], cpu=cpu, anvil_cpu=anvil_cpu,
@@ -472,8 +530,8 @@ def run_recon(s: ChainSettings, ar: Arweave, log: Callable[[str], None]) -> Row:
     try:
         chain.rpc("evm_setAutomine", False)  # after the deploy: the pool now only fills
         signers = [LocalSigner.from_private_key(key) for key in chain.keys[:n]]
-        db = os.path.join(s.tmp, "recon.db")
-        store = SQLiteStore(db)
+        db = Db("sqlite", path=os.path.join(s.tmp, "recon.db"))
+        store = SQLiteStore(db.path)
         store.migrate()
         _create(store, signers, 1, "recon")
         client = ar.client()
@@ -538,8 +596,8 @@ def run_recon(s: ChainSettings, ar: Arweave, log: Callable[[str], None]) -> Row:
     return row
 
 
-def _make_due(db: str) -> None:
-    conn = sqlite3.connect(db, timeout=30)
+def _make_due(db: Db) -> None:
+    conn = sqlite3.connect(db.path, timeout=30)
     try:
         with conn:
             conn.execute("UPDATE wf_tasks SET due_at = ? WHERE due_at > ?", (time.time(), 0))
@@ -547,22 +605,13 @@ def _make_due(db: str) -> None:
         conn.close()
 
 
-def _count_at(db: str, step: str) -> int:
-    conn = sqlite3.connect(db, timeout=30)
-    try:
-        q = "SELECT count(*) FROM wf_instances WHERE status = 'RUNNING' AND step = ?"
-        return int(conn.execute(q, (step,)).fetchone()[0])
-    finally:
-        conn.close()
+def _count_at(db: Db, step: str) -> int:
+    q = "SELECT count(*) FROM wf_instances WHERE status = 'RUNNING' AND step = ?"
+    return int(db.query(q, (step,))[0][0])
 
 
-def _count_events(db: str, kind: str) -> int:
-    conn = sqlite3.connect(db, timeout=30)
-    try:
-        q = "SELECT count(*) FROM wf_events WHERE event_type = ?"
-        return int(conn.execute(q, (kind,)).fetchone()[0])
-    finally:
-        conn.close()
+def _count_events(db: Db, kind: str) -> int:
+    return int(db.query("SELECT count(*) FROM wf_events WHERE event_type = ?", (kind,))[0][0])
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -690,7 +739,8 @@ def table(rows: list[Row], s: ChainSettings) -> str:
     lines += [
         "",
         f"confirmations {s.confirmations}, AWAIT poll {s.poll} s, runner {s.concurrency} "
-        f"threads, SQLite store, cpus={os.cpu_count()}. sg = signer. tx/s/sg*: txs per "
+        f"threads, {'PostgreSQL' if s.store == 'pg' else 'SQLite'} store, "
+        f"cpus={os.cpu_count()}. sg = signer. tx/s/sg*: txs per "
         "second per signer from the first tx recorded to the last confirmation (the upload "
         "pipeline fill left out).",
         "limit/sg: one tx in flight per signer => at most 1 tx per (confirmations x block "
