@@ -29,13 +29,8 @@ def rpc(client: EthereumClient, method: str, *params: Any) -> Any:
 
 
 def close_http(eth: EthereumClient) -> None:
-    """Close the HTTP sessions web3 caches per thread (EthereumClient has no close())."""
-    manager = getattr(eth.w3.provider, "_request_session_manager", None)
-    if manager is None:
-        return
-    for _, session in list(manager.session_cache.items()):
-        session.close()
-    manager.session_cache.clear()
+    """Close the client's HTTP connections."""
+    eth.close()
 
 
 @dataclass
