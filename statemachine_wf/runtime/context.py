@@ -34,6 +34,10 @@ class StepHost(Protocol):
     def reserve_token(self, key: str, token: str) -> None: ...
 
 
+def _no_wake() -> None:
+    return None
+
+
 def new_token() -> str:
     """A fresh waiting token: 128 random bits, hex."""
     return uuid.uuid4().hex
@@ -161,6 +165,24 @@ class StepContext(Generic[InputT, ProgressT]):
     def release(self, key: str) -> bool:
         """Release the lock ``key`` now (waiters are woken); False if we did not hold it."""
         return self._host.release(key)
+
+    def waker(self) -> Callable[[], None]:
+        """A callable that cuts this instance's wait short: for an outside event source.
+
+        Hand it to something that learns, in another thread, that waiting is over (a new
+        block, a file appearing) and raise ``Snooze`` as usual: calling it makes the
+        instance due at once instead of when the snooze ends. It is safe from any thread
+        and any number of times. A call while the step still runs takes effect once the
+        step's outcome is committed (never lost in between); a call once the instance has
+        moved on only makes its next wait end early, so a spurious call costs one more run
+        of the step and never a wrong outcome. Outside a runner (a test's fake host) it
+        does nothing.
+        """
+        make = getattr(self._host, "waker", None)  # hosts written before it have none
+        if make is None:
+            return _no_wake
+        wake: Callable[[], None] = make()
+        return wake
 
     # -- signals and timers -------------------------------------------------------------
     # Waits are keyed by their call order within the step ("0", "1", ...): the step runs

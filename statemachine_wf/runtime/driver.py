@@ -45,6 +45,7 @@ from ..errors import (
     Parked,
     Retry,
     StepFailure,
+    StoreError,
     StoreUnavailable,
     Waiting,
 )
@@ -71,6 +72,44 @@ async def _within(coro: Any, timeout: float) -> Any:
     return task.result()
 
 
+class _Wake:
+    """``ctx.waker()``: make the instance due from another thread, never lost.
+
+    While the step runs, its task is leased and a wake-up could not reach it (the store
+    wakes unleased tasks only), so a call then is remembered and made by the driver once
+    the step's outcome is committed (:meth:`committed`); after that, a call wakes at once.
+    """
+
+    def __init__(self, store: Store, instance_id: str) -> None:
+        self._store = store
+        self._id = instance_id
+        self._lock = threading.Lock()
+        self._committed = False
+        self._asked = False
+
+    def __call__(self) -> None:
+        with self._lock:
+            if not self._committed:
+                self._asked = True
+                return
+        self._wake()
+
+    def committed(self) -> None:
+        with self._lock:
+            self._committed = True
+            asked = self._asked
+        if asked:
+            self._wake()
+
+    def _wake(self) -> None:
+        # Called from event sources' threads: the safety net (the snooze's own end) still
+        # holds if the database is away now, so say it and go on.
+        try:
+            self._store.wake_instances([self._id])
+        except StoreError as exc:
+            log.debug("instance %s: wake-up not made (%s)", self._id, exc)
+
+
 class _Host:
     """The :class:`~statemachine_wf.runtime.context.StepHost` of one running step."""
 
@@ -78,6 +117,12 @@ class _Host:
         self._driver = driver
         self._drive = drive
         self.valid = True
+        self.wake: _Wake | None = None
+
+    def waker(self) -> _Wake:
+        if self.wake is None:
+            self.wake = _Wake(self._driver.store, self._drive.instance.id)
+        return self.wake
 
     def save_progress(self, delta: Mapping[str, Any]) -> None:
         if not self.valid:
@@ -351,10 +396,19 @@ class MachineDriver:
             return self._run_step(d, input_model)
 
     def _run_step(self, d: Drive, input_model: BaseModel) -> bool:
+        host = _Host(self, d)
+        try:
+            return self._attempt(d, input_model, host)
+        finally:
+            # The outcome is committed (or never will be): a wake-up asked for meanwhile
+            # (ctx.waker) can reach the task now that no lease of this attempt holds it.
+            if host.wake is not None:
+                host.wake.committed()
+
+    def _attempt(self, d: Drive, input_model: BaseModel, host: _Host) -> bool:
         step = d.state.current_step()
         attempt = d.attempt
         sspec = d.spec.step(step)
-        host = _Host(self, d)
         ctx: StepContext[Any, Any] = StepContext(
             instance_id=d.instance.id,
             workflow_type=d.spec.workflow_type,
