@@ -48,6 +48,7 @@ from web3.types import BlockIdentifier
 
 from .client import ConfirmationRule, EthereumClient, Fees, TxStatus
 from .errors import AlreadyKnown, NonceTooLow, ReplacementUnderpriced, Reverted
+from .heads import HeadWatcher
 from .signer import LocalSigner, SignedTx
 
 __all__ = ["FakeChain", "FakeRevert"]
@@ -139,6 +140,9 @@ class FakeChain(EthereumClient):
     def block_number(self) -> int:
         with self._lock:
             return len(self._states) - 1
+
+    def heads(self, interval: float) -> HeadWatcher | None:
+        return None  # blocks come only from mine(): the await step polls (no thread)
 
     def _latest(self, address: str) -> int:
         return sum(1 for t in self._mined.values() if t.sender == address.lower())

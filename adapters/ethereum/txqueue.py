@@ -294,6 +294,10 @@ class QueueSettings:
             has not seen it yet is given time.
         bump_factor: Raise of both fee fields on replacement (>= 1.1).
         slot_recheck: Safety-net seconds for a lost wake-up while waiting for the slot.
+        head_poll: Seconds between two questions for the node's head block, asked once
+            per process for every pending transaction (:mod:`.heads`): a pending await step
+            is woken by the next block, so ``poll_interval`` is only its safety net. None:
+            no watcher, the step looks every ``poll_interval``.
         max_rebroadcasts: How many times the same recorded transaction is broadcast again
             after the node lost it (dropped from its pool, or reorged out) before the step
             is STALLED with code ``tx_dropped``; 0 never re-broadcasts. At most
@@ -307,6 +311,7 @@ class QueueSettings:
     bump_factor: float = 1.125
     slot_recheck: float = 30.0
     max_rebroadcasts: int = 3
+    head_poll: float | None = 0.1
 
     def __post_init__(self) -> None:
         if self.bump_factor < 1.1:
@@ -315,6 +320,8 @@ class QueueSettings:
             )
         if self.poll_interval <= 0:
             raise ValueError("poll_interval must be > 0")
+        if self.head_poll is not None and self.head_poll <= 0:
+            raise ValueError("head_poll must be > 0 (or None: no head watcher)")
         if not 0 <= self.max_rebroadcasts <= len(RESEND_SLOTS):
             raise ValueError(
                 f"max_rebroadcasts must be between 0 and {len(RESEND_SLOTS)}, "
@@ -445,6 +452,11 @@ class TxQueue:
         records = tx_records(ctx.progress)
         if not records:
             return TxVerdict("not_found")
+        heads = (
+            None if self.settings.head_poll is None else self.client.heads(self.settings.head_poll)
+        )
+        # The head before the look: a block that comes between the two wakes us at once.
+        head = None if heads is None else self.client.block_number()
         verdict = self.fate(ctx.progress)
         if verdict.final or verdict.kind == "superseded":
             return verdict
@@ -463,6 +475,9 @@ class TxQueue:
                 where = f"mined in {verdict.block_number}, {verdict.confirmations} deep"
             else:
                 where = "in the pool"
+            if heads is not None and head is not None:
+                # Nothing changes for a pending transaction until a new block: look then.
+                heads.after(head, ctx.waker())
             raise Snooze(self.settings.poll_interval, f"tx {verdict.tx_hash} pending ({where})")
         sent = max(
             latest.signed_at,

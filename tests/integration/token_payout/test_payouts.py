@@ -13,7 +13,7 @@ import pytest
 
 from examples.contracts import payout_token_artifact
 from examples.token_payout import PayoutInput, TokenPayout
-from statemachine_wf import Client, Status
+from statemachine_wf import Client, Runner, RunnerOptions, Status
 from statemachine_wf.adapters.ethereum import (
     AnvilNode,
     EthereumClient,
@@ -107,6 +107,65 @@ def test_two_runner_processes_keep_one_treasury_transaction_in_flight(
     env.assert_paid_once(ids, start)
     assert client.signers() == []  # the slot is free at the end
     store.close()
+    close_http(eth)
+
+
+def test_the_await_step_is_woken_by_new_blocks_not_by_its_poll(
+    anvil_1s: AnvilNode, tmp_path: Path
+) -> None:
+    """With the head watcher on, a pending transaction's await step runs again when a
+    block comes: here its own poll is an hour, and three payouts at depth 2 (mined, then
+    one block deeper) still complete, each looking about once per block."""
+    eth = EthereumClient.from_url(anvil_1s.url, timeout=5.0)
+    treasury = LocalSigner.from_private_key(anvil_1s.private_keys[0])
+    artifact = payout_token_artifact()
+    token = deploy(eth, treasury, artifact.abi, artifact.bytecode, SUPPLY, timeout=60)
+    env_store = open_store(f"sqlite:///{tmp_path / 'swf.db'}")
+    env_store.migrate()
+    client = Client(env_store, [TokenPayout])
+    start = eth.nonce(treasury.address)
+    ids = [client.start(TokenPayout, payout_input(n, tag="heads")) for n in range(3)]
+    hour = settings_for(
+        token, treasury.address, poll_interval=3600.0, confirmations=2, head_poll=0.1
+    )
+    runner = Runner(
+        env_store,
+        [TokenPayout],
+        options=RunnerOptions(concurrency=4, idle_poll=0.2, lease=5.0),
+        dependencies={
+            "eth": eth,
+            "signers": {treasury.address.lower(): treasury},
+            "payouts": hour,
+        },
+    )
+    runner.start()
+    try:
+        wait_for(
+            lambda: all(client.status(i) == Status.COMPLETED for i in ids),
+            timeout=90,
+            what="3 payouts completed with an hour-long poll",
+        )
+    finally:
+        runner.stop(timeout=10)
+    for i in ids:
+        looks = [
+            e
+            for e in client.history(i)
+            if e.event_type == "STEP_STARTED" and e.node == "AWAIT_TX_CONFIRM"
+        ]
+        assert 1 <= len(looks) <= 6, len(looks)  # about one a block, not one a poll
+    env = PayEnv(
+        node=anvil_1s,
+        eth=eth,
+        treasury=treasury,
+        token=eth.contract(token, artifact.abi),
+        store=env_store,  # type: ignore[arg-type]
+        client=client,
+        settings=hour,
+        db_url="",
+    )
+    env.assert_paid_once(ids, start)
+    env_store.close()
     close_http(eth)
 
 
