@@ -224,7 +224,7 @@ def run(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
         with reader(spec) as query:
             if s.store == "pg":
                 backends = Backends(s.dsn, app)
-            samples = _drive(s, proc, client, ThreeSteps, query, backends, results, log)
+            samples, fed_at = _drive(s, proc, client, ThreeSteps, query, backends, results, log)
             statuses = dict(query("SELECT status, count(*) FROM wf_instances GROUP BY status"))
             stop.set()
             out = _get(results, 90)
@@ -251,7 +251,7 @@ def run(s: Settings, log: Callable[[str], None]) -> dict[str, Any]:
         "threads": s.threads(),
         "cpus": os.cpu_count(),
         "samples": [asdict(x) for x in samples],
-        "summary": summarize(samples, s),
+        "summary": summarize(samples, s, fed_at),
         "statuses": {str(k): int(v) for k, v in statuses.items()},
         "sizes": table_sizes,
     }
@@ -274,16 +274,17 @@ def _drive(
     backends: Backends | None,
     results: Any,
     log: Callable[[str], None],
-) -> list[Sample]:
+) -> tuple[list[Sample], int]:
     """Start instances in batches, keeping the backlog bounded, and sample until N are
-    finished."""
+    finished. Returns the samples and how many had finished when the last batch was
+    started (from there on the backlog drains)."""
     pid = proc.pid
     t0 = time.perf_counter()
     cpu0 = _pid_cpu(pid)
     rss, threads = proc_status(pid)
     samples = [Sample(0.0, 0, rss, 0.0, 0.0, threads)]
     log(_row_head(s))
-    created = 0
+    created = fed_at = 0
     next_at = t0 + s.sample
     while True:
         unfinished = int(query(UNFINISHED)[0][0])
@@ -296,12 +297,14 @@ def _drive(
             log(_row(samples[-2], samples[-1]))
             next_at = max(next_at + s.sample, now + s.sample / 2)
         if done >= s.n:
-            return samples
+            return samples, fed_at
         while created < s.n and unfinished + s.batch <= s.backlog:
             k = min(s.batch, s.n - created)
             client.start_many(workflow, [{"n": created + i} for i in range(k)])
             created += k
             unfinished += k
+            if created == s.n:
+                fed_at = done
         if now - t0 > s.timeout:
             raise TimeoutError(f"{done}/{s.n} finished after {s.timeout} s")
         with suppress(queue.Empty):
@@ -341,7 +344,12 @@ def _quarter(samples: list[Sample], lo: float, hi: float) -> dict[str, float]:
     }
 
 
-def summarize(samples: list[Sample], s: Settings) -> dict[str, Any]:
+def summarize(samples: list[Sample], s: Settings, fed_at: int) -> dict[str, Any]:
+    """RSS after warm-up; throughput and CPU per step of the first and last quarter of the
+    steady part (the backlog full: up to ``fed_at`` finished) and of the drain after it.
+
+    The steady part is compared with itself because the drain is not like it: the queue
+    shrinks, and on SQLite a claim costs more with more due tasks (bench/README.md)."""
     n = samples[-1].completed
     warm_i = next(
         (i for i, x in enumerate(samples) if i and x.completed >= s.warmup * n), len(samples) - 1
@@ -349,11 +357,15 @@ def summarize(samples: list[Sample], s: Settings) -> dict[str, Any]:
     after = samples[warm_i:]
     first_rss = after[0].rss_kib
     lo, hi = min(x.rss_kib for x in after), max(x.rss_kib for x in after)
-    windows = [_window(a, b)[0] for a, b in itertools.pairwise(samples[warm_i:])]
+    steady = fed_at if fed_at >= n / 2 else n  # else: no steady part, the whole run
+    windows = [
+        _window(a, b)[0] for a, b in itertools.pairwise(samples[warm_i:]) if b.completed <= steady
+    ]
     windows = [w for w in windows if w > 0]
     deciles = statistics.quantiles(windows, n=10) if len(windows) >= 2 else [0.0] * 9
-    first = _quarter(samples, 0, n / 4)
-    last = _quarter(samples, 3 * n / 4, n)
+    first = _quarter(samples, 0, steady / 4)
+    last = _quarter(samples, 3 * steady / 4, steady)
+    drain = _quarter(samples, steady, n) if steady < n else None
     total = samples[-1].elapsed
     return {
         "completed": n,
@@ -370,8 +382,10 @@ def summarize(samples: list[Sample], s: Settings) -> dict[str, Any]:
         "rss_flat": first_rss > 0 and hi <= 1.10 * first_rss and lo >= 0.90 * first_rss,
         "threads_min": min(x.threads for x in after),
         "threads_max": max(x.threads for x in after),
+        "steady_until": steady,
         "first_quarter": first,
         "last_quarter": last,
+        "drain": drain,
         "window_steps_p10": deciles[0],
         "window_steps_p50": deciles[4],
         "window_steps_p90": deciles[8],
@@ -438,11 +452,15 @@ def table(record: dict[str, Any]) -> str:
         return f"{x['steps_per_s']:.0f} steps/s, {x['cpu_ms_per_step']:.2f}{srv} ms CPU/step"
 
     ratio = la["steps_per_s"] / f["steps_per_s"] if f["steps_per_s"] else 0.0
+    steady = m["steady_until"]
+    what = f"backlog full, 0-{steady} finished" if m["drain"] else "no steady part: whole run"
     lines.append(
-        f"first quarter {q(f)}; last quarter {q(la)}; last/first {ratio:.2f}; "
-        f"windows after warm-up p10/p50/p90 {m['window_steps_p10']:.0f}/"
+        f"steady ({what}): first quarter {q(f)}; last quarter {q(la)}; last/first "
+        f"{ratio:.2f}; windows after warm-up p10/p50/p90 {m['window_steps_p10']:.0f}/"
         f"{m['window_steps_p50']:.0f}/{m['window_steps_p90']:.0f} steps/s"
     )
+    if m["drain"]:
+        lines.append(f"drain ({steady}-{m['completed']}, the backlog shrinking): {q(m['drain'])}")
     sz = record["sizes"]
     parts = []
     for t in TABLES:
