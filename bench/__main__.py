@@ -1,7 +1,8 @@
 """``python -m bench core [--n 1000] [--quick]``, ``python -m bench profile``,
 ``python -m bench chain [--quick]``, ``python -m bench inbox [--quick]``,
-``python -m bench signals``, ``python -m bench dag [--quick]`` and
-``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
+``python -m bench signals``, ``python -m bench dag [--quick]``,
+``python -m bench soak [--store sqlite|pg] [--quick]`` (one runner, N workflows: is memory
+flat?) and ``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
 from __future__ import annotations
 
@@ -116,7 +117,41 @@ def main(argv: list[str] | None = None) -> int:
     paging.add_argument("--repeat", type=int, default=21)
     paging.add_argument("--stores", default="pg,sqlite")
 
+    soak = sub.add_parser(
+        "soak", help="N workflows through one runner process: RSS and throughput over time"
+    )
+    soak.add_argument("--store", choices=("sqlite", "pg"), default="sqlite")
+    soak.add_argument("--n", type=int, default=0, help="workflows (default 100000)")
+    soak.add_argument("--quick", action="store_true", help="smoke run: N=10000")
+    soak.add_argument("--batch", type=int, default=500, help="instances per start_many")
+    soak.add_argument("--backlog", type=int, default=5000, help="most started, not finished")
+    soak.add_argument("--concurrency", type=int, default=0, help="default: 8 pg, 4 sqlite")
+    soak.add_argument("--sample", type=float, default=2.0, help="seconds between samples")
+    soak.add_argument("--json", default="", help="also write the samples and summary here")
+    soak.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+
     args = parser.parse_args(argv)
+    if args.cmd == "soak":
+        from . import soak as sk
+
+        ks = sk.Settings.quick() if args.quick else sk.Settings()
+        ks.store = args.store
+        ks.n = args.n or ks.n
+        ks.batch = args.batch
+        ks.backlog = args.backlog
+        ks.concurrency = args.concurrency
+        ks.sample = args.sample
+        if args.dsn:
+            ks.dsn = args.dsn
+
+        def log_soak(msg: str) -> None:
+            print(msg, file=sys.stderr, flush=True)
+
+        record = sk.run(ks, log_soak)
+        print(sk.table(record))
+        if args.json:
+            sk.dump_json(record, args.json)
+        return 0 if set(record["statuses"]) == {"COMPLETED"} else 1
     if args.cmd == "paging":
         from . import paging as pg
 
