@@ -12,7 +12,8 @@ by wrapping the real store, client and signer (no test hook in the product code)
 * ``before_broadcast``       about to hand the recorded bytes to the node;
 * ``after_broadcast``        the node has them, no receipt looked at;
 * ``before_confirm_commit``  AWAIT_TX_CONFIRM returned COMPLETED, not committed;
-* ``after_confirm_commit``   that completion committed.
+* ``after_confirm_commit``   that completion committed (and the next payout's submit,
+                             woken by the slot's release, started: nothing recorded).
 
 Prints ``READY <worker id>`` once the store is open, then serves until SIGTERM.
 """
@@ -24,9 +25,10 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
@@ -52,6 +54,13 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+# after_confirm_commit: the next payout's submit, started (woken by the slot's release) and
+# parked where it asks for its nonce - nothing recorded or sent - when the runner dies, so
+# the restarted runner has a step in doubt to reconcile whatever the threads' timing.
+NEXT_SUBMIT_ARMED = threading.Event()
+NEXT_SUBMIT_REACHED = threading.Event()
+
+
 class ChaosStore(SQLiteStore):
     point: str | None = None
 
@@ -67,10 +76,13 @@ class ChaosStore(SQLiteStore):
         )
         if confirms and self.point == "before_confirm_commit":
             die()
+        if confirms and self.point == "after_confirm_commit":
+            NEXT_SUBMIT_ARMED.set()  # the slot is already released: the next may start
         version: int = super().apply(commit)
-        if (saves_tx and self.point == "after_save") or (
-            confirms and self.point == "after_confirm_commit"
-        ):
+        if saves_tx and self.point == "after_save":
+            die()
+        if confirms and self.point == "after_confirm_commit":
+            NEXT_SUBMIT_REACHED.wait(30)
             die()
         return version
 
@@ -79,6 +91,12 @@ class ChaosEth(EthereumClient):
     def __init__(self, base: EthereumClient, point: str | None) -> None:
         super().__init__(base.w3)
         self.point = point
+
+    def nonce(self, address: str, block: Literal["latest", "pending"] = "latest") -> int:
+        if block == "pending" and NEXT_SUBMIT_ARMED.is_set():
+            NEXT_SUBMIT_REACHED.set()
+            threading.Event().wait()  # until the SIGKILL
+        return super().nonce(address, block)
 
     def send_raw(self, raw: SignedTx | bytes | str) -> str:
         if self.point == "before_broadcast":
