@@ -2,7 +2,8 @@
 ``python -m bench chain [--quick]``, ``python -m bench inbox [--quick]``,
 ``python -m bench signals``, ``python -m bench dag [--quick]``,
 ``python -m bench soak [--store sqlite|pg] [--quick]`` (one runner, N workflows: is memory
-flat?) and ``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
+flat?), ``python -m bench claimscale`` (a claim's cost against the due backlog) and
+``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
 from __future__ import annotations
 
@@ -117,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     paging.add_argument("--repeat", type=int, default=21)
     paging.add_argument("--stores", default="pg,sqlite")
 
+    scale = sub.add_parser("claimscale", help="claims/s and next_due against the due backlog")
+    scale.add_argument("--backlogs", default="100,10000,100000")
+    scale.add_argument("--stores", default="sqlite,pg")
+    scale.add_argument("--claims", type=int, default=300)
     soak = sub.add_parser(
         "soak", help="N workflows through one runner process: RSS and throughput over time"
     )
@@ -131,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
 
     args = parser.parse_args(argv)
+    if args.cmd == "claimscale":
+        from . import claimscale as cs
+
+        backlogs = [int(x) for x in args.backlogs.split(",") if x.strip()]
+        stores = [x.strip() for x in args.stores.split(",") if x.strip()]
+        print(cs.table(cs.run(stores, backlogs, args.claims)))
+        return 0
     if args.cmd == "soak":
         from . import soak as sk
 
