@@ -190,9 +190,10 @@ FROM (SELECT t.id AS task_id, t.instance_id, t.node, i.attempts,
       -- after a hosted type is not ours.
       -- Both picks walk an index in their own order and stop at :limit, as PostgreSQL's
       -- do: the holders from wf_locks (CROSS JOIN keeps it the outer loop) to their task
-      -- by (instance_id, slot); the rest down wf_tasks_due (INDEXED BY). Left to itself
-      -- the planner took (type, due_at) and sorted every due task for each claim: 2,360
-      -- claims/s with 100 due tasks, 190 with 10,000 (bench/README.md, "SQLite claim").
+      -- by (instance_id, slot); the rest per type down wf_tasks_type_pick (INDEXED BY, a
+      -- correlated pick per type). Left to itself the planner took (type, due_at) and
+      -- sorted every due task for each claim: 2,360 claims/s with 100 due tasks, 190 with
+      -- 10,000 (bench/README.md, "Claim and backlog").
       WHERE t.id IN (SELECT id FROM (
                        SELECT * FROM (SELECT w.id, 0 AS rank, w.priority, w.due_at
                                       FROM (SELECT DISTINCT holder FROM wf_locks) AS l
@@ -201,11 +202,15 @@ FROM (SELECT t.id AS task_id, t.instance_id, t.node, i.attempts,
                                         AND w.type IN (SELECT value FROM json_each(:types))
                                       ORDER BY w.priority, w.due_at LIMIT :limit)
                        UNION ALL
-                       SELECT * FROM (SELECT id, 1 AS rank, priority, due_at
-                                      FROM wf_tasks INDEXED BY wf_tasks_due
-                                      WHERE due_at <= :now AND kind = 'machine'
-                                        AND type IN (SELECT value FROM json_each(:types))
-                                      ORDER BY priority, due_at LIMIT :limit))
+                       SELECT * FROM (SELECT t2.id, 1 AS rank, t2.priority, t2.due_at
+                                      FROM json_each(:types) AS j CROSS JOIN wf_tasks AS t2
+                                      WHERE t2.id IN (
+                                          SELECT w.id FROM wf_tasks AS w
+                                                 INDEXED BY wf_tasks_type_pick
+                                          WHERE w.type = j.value AND w.due_at <= :now
+                                            AND w.kind = 'machine'
+                                          ORDER BY w.priority, w.due_at LIMIT :limit)
+                                      ORDER BY t2.priority, t2.due_at LIMIT :limit))
                      GROUP BY id ORDER BY min(rank), min(priority), min(due_at)
                      LIMIT :limit));
 UPDATE wf_instances AS i
@@ -484,21 +489,31 @@ SELECT :id AS id WHERE changes() = 1;
 UPDATE wf_tasks
 SET lease_owner = :worker, lease_token = :token, due_at = :now + :lease,
     attempt = attempt + 1, in_flight = 1
-WHERE id IN (SELECT id FROM wf_tasks INDEXED BY wf_tasks_due  -- as claim's pick: no sort
-             WHERE due_at <= :now AND kind = 'dag'
-               AND type IN (SELECT value FROM json_each(:types))
-             ORDER BY priority, due_at LIMIT :limit);
+WHERE id IN (SELECT t2.id FROM json_each(:types) AS j CROSS JOIN wf_tasks AS t2
+             WHERE t2.id IN (  -- per type, as claim's pick: an index walk, no sort
+                 SELECT w.id FROM wf_tasks AS w INDEXED BY wf_tasks_type_pick
+                 WHERE w.type = j.value AND w.due_at <= :now AND w.kind = 'dag'
+                 ORDER BY w.priority, w.due_at LIMIT :limit)
+             ORDER BY t2.priority, t2.due_at LIMIT :limit);
 INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, worker,
                                  created_at)
 SELECT instance_id, slot, 'NODE_STARTED', attempt, json_object('failures', failures), :worker,
        :now
-FROM wf_tasks WHERE lease_token = :token ORDER BY priority, id;
+FROM wf_tasks
+-- The leased rows found through (type, due_at): their due time is the lease just set (one
+-- expression, one value). By the token alone it was a walk of all of wf_tasks.
+WHERE type IN (SELECT value FROM json_each(:types)) AND due_at = :now + :lease
+  AND lease_token = :token
+ORDER BY priority, id;
 SELECT t.*, 1 AS leased,
        EXISTS (SELECT 1 FROM wf_tasks m
                WHERE m.due_at <= :now AND m.kind = 'dag'
                  AND m.type IN (SELECT value FROM json_each(:types))
                  AND m.lease_token IS NOT :token) AS more
-FROM wf_tasks t WHERE t.lease_token = :token ORDER BY t.priority, t.id;
+FROM wf_tasks t
+WHERE t.type IN (SELECT value FROM json_each(:types)) AND t.due_at = :now + :lease
+  AND t.lease_token = :token
+ORDER BY t.priority, t.id;
 
 -- name: dag_record
 INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, error,

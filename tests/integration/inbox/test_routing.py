@@ -135,3 +135,49 @@ def test_claim_is_an_index_lookup_among_many_other_types(pg_schema: str) -> None
         tables = c.execute("SELECT pg_relation_size('wf_tasks') / 8192").fetchone()
         assert tables is not None
         assert tables[0] > 300  # so reading the table would have shown
+
+
+def test_sqlite_claim_walks_one_types_index_and_never_the_table(tmp_path: Any) -> None:
+    """SQLite: the claim's picks (state machines and DAG nodes) walk wf_tasks_type_pick
+    per type and stop at the limit; no statement of either claim scans wf_tasks or sorts
+    its due rows (it sorted every due task per claim: bench/README.md, "Claim and
+    backlog"). And with 3,000 due tasks of another type, ours come first, in order."""
+    import json
+    import sqlite3
+    import time
+
+    from statemachine_wf.stores._sqliteconn import _SCRIPTS
+    from statemachine_wf.stores.sqlite import SQLiteStore
+
+    path = str(tmp_path / "swf.db")
+    store = SQLiteStore(path)
+    store.migrate()
+    for _ in range(3000):
+        store.create(NewInstance(id=str(uuid.uuid4()), type="other.v1", input={}, initial="go"))
+    mine = [
+        store.create(
+            NewInstance(
+                id=str(uuid.uuid4()), type="mine.v1", input={"n": n}, initial="go", priority=p
+            )
+        )[0]
+        for n, p in enumerate((100, 100, 50))
+    ]
+    conn = sqlite3.connect(path)
+    params: dict[str, Any] = {
+        "now": time.time(), "types": json.dumps(["mine.v1"]), "limit": 2, "worker": "w",
+        "token": "t", "lease": 60.0,
+    }  # fmt: skip
+    conn.execute(_SCRIPTS["claim"][0])  # its scratch table
+    for name in ("claim", "dag_claim"):
+        for statement in _SCRIPTS[name]:
+            if statement.lstrip().upper().startswith(("CREATE", "DELETE FROM TEMP")):
+                continue
+            plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + statement, params)]
+            text = "\n".join(plan)
+            assert not any(re.fullmatch(r"SCAN (wf_tasks|t|w|t2)\b.*", p) for p in plan), text
+            if "ORDER BY w.priority, w.due_at" in statement:
+                assert "USING INDEX wf_tasks_type_pick (type=?)" in text, text
+    conn.close()
+    claims = store.claim(worker="w", types=["mine.v1"], lease=60, limit=2)
+    assert [c.instance.id for c in claims] == [mine[2], mine[0]]  # priority, then due time
+    store.close()
