@@ -65,7 +65,9 @@ def _run(store: Store, early: bool) -> tuple[Client, str, list[Callable[[], None
     runner = Runner(
         store,
         [WaitsForEvent],
-        options=RunnerOptions(concurrency=2, idle_poll=HOUR),  # no safety poll either
+        # The safety poll finds nothing due (the task is parked for an hour): only the
+        # waker can make it due. Short, so stop() never waits out a sleeping worker.
+        options=RunnerOptions(concurrency=2, idle_poll=1.0),
         dependencies={"wakers": wakers, "runs": runs, "ran": ran},
     )
     runner.start()

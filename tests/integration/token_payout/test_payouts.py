@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from unittest.mock import ANY
 
 import pytest
@@ -225,7 +225,9 @@ def test_paid_out_of_band_deep_enough_completes_at_once_with_the_event_as_eviden
         env.token, "payout", b32(inp["payout_id"]), inp["recipient"], inp["amount"],
         sender=env.treasury.address,
     )  # fmt: skip
-    env.eth.send_raw(env.treasury.sign_transaction(by_hand))  # automine: 1 deep at once
+    sent = env.eth.send_raw(env.treasury.sign_transaction(by_hand))  # automine: 1 deep
+    # anvil mines it just after the call returns, not during it: wait for that block.
+    env.eth.w3.eth.wait_for_transaction_receipt(cast(Any, sent), timeout=30)
     nonce = env.eth.nonce(env.treasury.address)
     run_id = env.client.start(TokenPayout, inp)
     env.runner().run_until_idle(timeout=60, settle=0.3)
@@ -249,7 +251,8 @@ def test_event_check_searches_from_the_block_it_is_given(pay_env: PayEnv) -> Non
         env.token, "payout", b32(inp["payout_id"]), inp["recipient"], inp["amount"],
         sender=env.treasury.address,
     )  # fmt: skip
-    env.eth.send_raw(env.treasury.sign_transaction(by_hand))  # automine: in its own block
+    sent = env.eth.send_raw(env.treasury.sign_transaction(by_hand))  # automine: own block
+    env.eth.w3.eth.wait_for_transaction_receipt(cast(Any, sent), timeout=30)
     [paid] = env.paid_events()
     block = int(paid["blockNumber"])
     rpc(env.eth, "evm_mine")  # and one more on top
