@@ -32,10 +32,7 @@ class StepHost(Protocol):
     def acquire(self, key: str) -> str: ...
     def release(self, key: str) -> bool: ...
     def reserve_token(self, key: str, token: str) -> None: ...
-
-
-def _no_wake() -> None:
-    return None
+    def waker(self) -> Callable[[], None]: ...
 
 
 def new_token() -> str:
@@ -175,14 +172,9 @@ class StepContext(Generic[InputT, ProgressT]):
         and any number of times. A call while the step still runs takes effect once the
         step's outcome is committed (never lost in between); a call once the instance has
         moved on only makes its next wait end early, so a spurious call costs one more run
-        of the step and never a wrong outcome. Outside a runner (a test's fake host) it
-        does nothing.
+        of the step and never a wrong outcome.
         """
-        make = getattr(self._host, "waker", None)  # hosts written before it have none
-        if make is None:
-            return _no_wake
-        wake: Callable[[], None] = make()
-        return wake
+        return self._host.waker()
 
     # -- signals and timers -------------------------------------------------------------
     # Waits are keyed by their call order within the step ("0", "1", ...): the step runs

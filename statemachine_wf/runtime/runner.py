@@ -209,10 +209,17 @@ class Runner:
     def stop(self, timeout: float | None = 60.0) -> None:
         """Stop claiming, let running steps finish, hand back what is not started."""
         self._stopping.set()
-        self.store.wake()
         deadline = None if timeout is None else time.monotonic() + timeout
         for t in self._threads:
-            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            # Woken again at every slice: a worker that saw `_stopping` unset just before
+            # the first wake-up and went to sleep after it would otherwise sleep on until
+            # its safety poll (the store's wake-up reaches only the workers asleep).
+            while t.is_alive():
+                self.store.wake()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                t.join(0.1 if left is None else min(0.1, left))
         self.driver.close()
         if self._dag is not None:
             self._dag.close()

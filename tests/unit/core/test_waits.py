@@ -181,6 +181,9 @@ class Host:
     def reserve_token(self, key: str, token: str) -> None:
         self.reserved.append((key, token))
 
+    def waker(self) -> Any:
+        return lambda: None
+
 
 def ctx(waits: dict[str, dict[str, Any]] | None = None, host: Host | None = None) -> Any:
     return StepContext(

@@ -72,6 +72,9 @@ class FakeHost:
             return True
         return False
 
+    def waker(self) -> Callable[[], None]:
+        return lambda: None  # nothing here sleeps: each test calls the step again itself
+
 
 def make_ctx(
     progress: Mapping[str, Any] | None = None,
