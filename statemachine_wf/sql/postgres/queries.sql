@@ -275,30 +275,32 @@ GROUP BY state;
 -- The due tasks of instances that hold a lock (a signer's slot) come first, then the rest
 -- by priority and due time: a holder's recheck never queues behind the work its lock
 -- keeps waiting (docs/architecture.md, "Locks"). `held` reads the small wf_locks table;
--- `rest` is the plain index-ordered pick, locked as it is read (SKIP LOCKED: a claim
--- racing another one reads on past the rows the other took); a task in both counts once,
--- and `picked` locks what is taken, re-checking under the lock that it is still due.
+-- `rest` walks each type's due tasks down wf_tasks_type_pick in the claim's order and
+-- stops a few rows past the limit (swf_pick, migration 015: the plan never falls back to
+-- sorting every due task); a task in both counts once, and `picked` locks what is taken in that
+-- order, skipping rows a racing claim holds and re-checking under the lock that each is
+-- still due. The `+ 16` is the slack for those races: a claim whose candidates were all
+-- taken by others comes back empty, and its runner, finding work due, claims again.
 WITH held AS (
     -- From each holder to its task (LATERAL: never a walk of the due index probing
     -- wf_locks per task, which reads the whole due backlog; the EXPLAIN test holds it).
-    -- Not locked here: only the candidates `picked` takes are.
+    -- By the whole unique key (a state machine's task is slot ''), so it is the one
+    -- plan with or without statistics. Not locked here: `picked` locks what it takes.
     SELECT t.id, t.priority, t.due_at
     FROM (SELECT DISTINCT holder FROM wf_locks) AS l
     CROSS JOIN LATERAL (
         SELECT id, priority, due_at FROM wf_tasks
-        WHERE instance_id = l.holder
+        WHERE instance_id = l.holder AND slot = ''
           AND due_at <= now() AND type = ANY(%(types)s) AND kind = 'machine'
         OFFSET 0  -- a fence: kept a per-holder lookup, never flattened into a join
     ) AS t
     ORDER BY t.priority, t.due_at
     LIMIT %(limit)s
 ), rest AS (
-    SELECT id, priority, due_at FROM wf_tasks
     -- State-machine tasks only: a DAG instance named after a hosted type is not ours.
-    WHERE due_at <= now() AND type = ANY(%(types)s) AND kind = 'machine'
+    SELECT id, priority, due_at FROM swf_pick(%(types)s, 'machine', %(limit)s + 16)
     ORDER BY priority, due_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    LIMIT %(limit)s + 16
 ), cand AS (
     SELECT id, min(rank) AS rank, min(priority) AS priority, min(due_at) AS due_at
     FROM (SELECT id, 0 AS rank, priority, due_at FROM held
@@ -456,20 +458,15 @@ WHERE (%(any_status)s OR status = ANY(%(status)s))
   AND (%(deleted)s OR deleted_at IS NULL);
 
 -- name: next_due
--- Per type, the first due time off the (type, due_at) index (LATERAL, LIMIT 1): a min over
--- `type = ANY(...)` was a scan of every task (13.7 ms at 100,000 tasks, each idle loop).
-SELECT extract(epoch FROM (min(x.due_at) - now()))::float8 AS wait
-FROM unnest(%(types)s::text[]) AS ty (name)
-CROSS JOIN LATERAL (SELECT due_at FROM wf_tasks WHERE type = ty.name
-                    ORDER BY due_at LIMIT 1) AS x;
+-- Per type, the first due time off the (type, due_at) index (swf_first_due, migration
+-- 015): a min over `type = ANY(...)` was a scan of every task (13.7 ms at 100,000 tasks,
+-- each idle loop), and planned on statistics a sort of every task of the type.
+SELECT extract(epoch FROM (swf_first_due(%(types)s::text[], NULL) - now()))::float8 AS wait;
 
 -- name: next_due_kinds
-SELECT extract(epoch FROM (min(x.due_at) - now()))::float8 AS wait
-FROM (SELECT name, 'machine' AS kind FROM unnest(%(types)s::text[]) AS name
-      UNION ALL
-      SELECT name, 'dag' FROM unnest(%(dag)s::text[]) AS name) AS ty
-CROSS JOIN LATERAL (SELECT due_at FROM wf_tasks WHERE type = ty.name AND kind = ty.kind
-                    ORDER BY due_at LIMIT 1) AS x;
+SELECT extract(epoch FROM (least(swf_first_due(%(types)s::text[], 'machine'),
+                                 swf_first_due(%(dag)s::text[], 'dag')) - now()))::float8
+       AS wait;
 
 -- name: dead_letter
 INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
@@ -621,10 +618,15 @@ SELECT id, pg_notify(%(channel)s, type) FROM ins;
 -- The instance row is locked too (skipped if busy, so a claim never waits while holding
 -- task rows): every event of an instance takes its seq under that lock, so its log
 -- commits in seq order and a reader at seq s has seen everything below s (live.py).
-WITH picked AS (
-    SELECT t.id FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
-    WHERE t.due_at <= now() AND t.type = ANY(%(types)s) AND t.kind = 'dag'
-    ORDER BY t.priority, t.due_at
+WITH cand AS (
+    -- Per type down wf_tasks_type_pick, as the state machines' claim (see claim).
+    SELECT id, priority, due_at FROM swf_pick(%(types)s, 'dag', %(limit)s + 16)
+), picked AS (
+    SELECT t.id FROM cand c
+    JOIN wf_tasks t ON t.id = c.id
+    JOIN wf_instances i ON i.id = t.instance_id
+    WHERE t.due_at <= now()
+    ORDER BY c.priority, c.due_at
     LIMIT %(limit)s
     FOR UPDATE OF t SKIP LOCKED
     FOR NO KEY UPDATE OF i SKIP LOCKED
