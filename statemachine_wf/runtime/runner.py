@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("statemachine_wf.runner")
 
+_CONTENDED = 0.005
+"""Seconds an idle worker sleeps when work is due that its claim could not take."""
+
 
 def _dead_here(incarnation: str, host: str) -> bool:
     """Is ``incarnation`` (host:pid:random) a process of ``host`` that no longer runs?
@@ -415,7 +418,12 @@ class Runner:
         if due is None or due >= poll:
             return poll
         if due <= 0:
-            return 0.0
+            # Due now, and yet this worker's claim came back empty: another claim holds the
+            # task this moment (SKIP LOCKED), or the due row is one no claim of ours takes.
+            # A moment's sleep, not a spin of claim and next_due until that claim commits
+            # (it was three wasted pairs per start with 8 workers: bench/README.md, "Idle
+            # workers"); any wake-up ends it early.
+            return min(poll, _CONTENDED)
         me = threading.get_ident()
         at = time.monotonic() + due
         with self._timer_lock:

@@ -218,7 +218,15 @@ class SqlStore(SqlReads):
                     if raw_signals is None or isinstance(raw_signals, Undecodable)
                     else tuple(signal_record(r, decoded=self.json_decoded) for r in raw_signals)
                 )
-                claims.append(Claim(task, instance, started=bool(row["started"]), signals=signals))
+                claims.append(
+                    Claim(
+                        task,
+                        instance,
+                        started=bool(row["started"]),
+                        signals=signals,
+                        more=bool(row["more"]),
+                    )
+                )
             except (ValueError, KeyError, TypeError) as exc:
                 # A row no decision can be made on: leased (so nobody else spins on it),
                 # then set aside with a dead letter until an operator redrives it.

@@ -180,3 +180,16 @@ def test_the_claimed_task_says_it_is_leased_as_the_stored_row_does(store: Store)
         assert row is not None
         assert (held.task.leased, held.task.lease_token) == (row.leased, row.lease_token)
         assert held.task.leased
+
+
+def test_a_claim_says_whether_another_task_was_due(store: Store) -> None:
+    """PostgreSQL's claim tells the runner whether to wake one more worker; SQLite's
+    always says so (its workers share one process and one writer)."""
+    first, second = new(store), new(store)
+    new(store, delay=3600)  # not due: no reason to wake anybody
+    [a] = store.claim(worker="w", types=[TYPE], lease=300)
+    assert a.more  # the other one is due too
+    [b] = store.claim(worker="w", types=[TYPE], lease=300)
+    assert {a.instance.id, b.instance.id} == {first, second}
+    assert b.more is (store.dialect == "sqlite")
+    assert store.claim(worker="w", types=[TYPE], lease=300) == []

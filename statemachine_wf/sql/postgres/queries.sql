@@ -357,7 +357,11 @@ SELECT c.*, true AS leased, to_jsonb(b) AS instance,
            (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.due_at, s.id), '[]'::jsonb)
             FROM wf_signals s
             WHERE s.instance_id = c.instance_id AND s.state = 'pending' AND s.due_at <= now())
-       END AS signals
+       END AS signals,
+       -- Another candidate was due (not one of these): whether the runner wakes one more
+       -- worker. Without it every claim woke one, which mostly claimed nothing and asked
+       -- next_due. One that a racing claim takes counts too: a wake-up too many is harmless.
+       EXISTS (SELECT 1 FROM cand WHERE cand.id NOT IN (SELECT id FROM picked)) AS more
 FROM claimed c LEFT JOIN bumped b ON b.id = c.instance_id;
 
 -- name: claim_instance_lock

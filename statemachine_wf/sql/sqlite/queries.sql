@@ -231,7 +231,9 @@ SET lease_owner = :worker, lease_token = :token, due_at = :now + :lease,
 FROM temp.swf_claim AS c
 -- By rowid from the few picked: joined on t.id alone the planner walked all of wf_tasks.
 WHERE t.id = c.task_id AND t.id IN (SELECT task_id FROM temp.swf_claim);
-SELECT t.*, 1 AS leased, c.fast AS started
+-- more: always (a wake-up of one more worker of this process, which shares its writer);
+-- PostgreSQL's claim tells whether another task was due.
+SELECT t.*, 1 AS leased, c.fast AS started, 1 AS more
 FROM temp.swf_claim c CROSS JOIN wf_tasks t ON t.id = c.task_id  -- the picked rows outside
 ORDER BY t.priority, t.due_at;
 

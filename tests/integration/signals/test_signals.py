@@ -154,7 +154,9 @@ def test_a_timer_fires_while_the_step_resumed_by_the_previous_one_still_runs(
 def test_a_resume_passes_the_wake_up_baton_after_its_deliver_commit(store: Store) -> None:
     """The worker that claims a waiting instance wakes the next idle worker only once the
     resume is committed, so that worker's claim and next_due do not compete with it; any
-    other claim passes the baton at once."""
+    other claim that saw more work due passes the baton at once (here a second instance,
+    started just after, is due when the first is claimed; the resume is the timer
+    holder's, which passes it whatever it saw)."""
     calls: list[tuple[int, str, Any]] = []
     for name in ("claim", "apply", "nudge"):
         method = getattr(store, name)
@@ -169,9 +171,11 @@ def test_a_resume_passes_the_wake_up_baton_after_its_deliver_commit(store: Store
 
         setattr(store, name, record)
     client = Client(store, WORKFLOWS)
+    iid = client.start(Sleeper, {"seconds": 0.3})
+    other = client.start(Sleeper, {"seconds": 1.0})  # its timer fires after iid's resume
     with running(store):
-        iid = client.start(Sleeper, {"seconds": 0.3})
         assert client.wait(iid, timeout=20).status == Status.COMPLETED
+        assert client.wait(other, timeout=20).status == Status.COMPLETED
 
     def after(started: bool) -> list[str]:
         for i, (thread, name, result) in enumerate(calls):
