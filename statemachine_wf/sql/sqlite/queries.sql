@@ -231,9 +231,14 @@ SET lease_owner = :worker, lease_token = :token, due_at = :now + :lease,
 FROM temp.swf_claim AS c
 -- By rowid from the few picked: joined on t.id alone the planner walked all of wf_tasks.
 WHERE t.id = c.task_id AND t.id IN (SELECT task_id FROM temp.swf_claim);
--- more: always (a wake-up of one more worker of this process, which shares its writer);
--- PostgreSQL's claim tells whether another task was due.
-SELECT t.*, 1 AS leased, c.fast AS started, 1 AS more
+-- more: whether another task of the types is still due (the picked ones are leased by
+-- now): the runner wakes one more worker only then. Per type off (type, due_at), the
+-- first due row: never a walk of the type's leased or parked tasks.
+SELECT t.*, 1 AS leased, c.fast AS started,
+       EXISTS (SELECT 1 FROM json_each(:types) AS j
+               WHERE EXISTS (SELECT 1 FROM wf_tasks AS m INDEXED BY wf_tasks_type_due
+                             WHERE m.type = j.value AND m.due_at <= :now
+                               AND m.kind = 'machine')) AS more
 FROM temp.swf_claim c CROSS JOIN wf_tasks t ON t.id = c.task_id  -- the picked rows outside
 ORDER BY t.priority, t.due_at;
 
