@@ -622,18 +622,10 @@ SELECT id, pg_notify(%(channel)s, type) FROM ins;
 -- The instance row is locked too (skipped if busy, so a claim never waits while holding
 -- task rows): every event of an instance takes its seq under that lock, so its log
 -- commits in seq order and a reader at seq s has seen everything below s (live.py).
-WITH cand AS (
-    -- Per type down wf_tasks_type_pick, as the state machines' claim (see claim).
-    SELECT id, priority, due_at FROM swf_pick(%(types)s, 'dag', %(limit)s + 16)
-), picked AS (
-    SELECT t.id FROM cand c
-    JOIN wf_tasks t ON t.id = c.id
-    JOIN wf_instances i ON i.id = t.instance_id
-    WHERE t.due_at <= now()
-    ORDER BY c.priority, c.due_at
-    LIMIT %(limit)s
-    FOR UPDATE OF t SKIP LOCKED
-    FOR NO KEY UPDATE OF i SKIP LOCKED
+WITH picked AS (
+    -- Per type down wf_tasks_type_pick, each row and its instance's locked as they are
+    -- read (swf_dag_pick, migration 015: a plan that holds without statistics).
+    SELECT id FROM swf_dag_pick(%(types)s, %(limit)s)
 ), claimed AS (
     UPDATE wf_tasks t
     SET lease_owner = %(worker)s, lease_token = %(token)s,
@@ -651,9 +643,8 @@ WITH cand AS (
 SELECT c.*, true AS leased, to_jsonb(i) AS instance,
        -- Another due node task (not one of these): whether to wake one more worker.
        -- Rows locked by a concurrent claim count too; a wake too many is harmless.
-       EXISTS (SELECT 1 FROM wf_tasks m
-               WHERE m.due_at <= now() AND m.type = ANY(%(types)s) AND m.kind = 'dag'
-                 AND m.id NOT IN (SELECT id FROM picked)) AS more
+       EXISTS (SELECT 1 FROM swf_pick(%(types)s, 'dag', %(limit)s + 1) AS m
+               WHERE m.id NOT IN (SELECT id FROM picked)) AS more
 FROM claimed c JOIN wf_instances i ON i.id = c.instance_id;
 
 -- name: dag_record
