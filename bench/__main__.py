@@ -2,7 +2,8 @@
 ``python -m bench chain [--quick]``, ``python -m bench inbox [--quick]``,
 ``python -m bench signals``, ``python -m bench dag [--quick]``,
 ``python -m bench soak [--store sqlite|pg] [--quick]`` (one runner, N workflows: is memory
-flat?), ``python -m bench claimscale`` (a claim's cost against the due backlog) and
+flat?), ``python -m bench claimscale`` (a claim's cost against the due backlog),
+``python -m bench statements [--e2e]`` (statements per workflow, server CPU each) and
 ``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
 from __future__ import annotations
@@ -122,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     scale.add_argument("--backlogs", default="100,10000,100000")
     scale.add_argument("--stores", default="sqlite,pg")
     scale.add_argument("--claims", type=int, default=300)
+    stmts = sub.add_parser(
+        "statements", help="statements per workflow and server CPU per statement"
+    )
+    stmts.add_argument("--stores", default="pg,sqlite")
+    stmts.add_argument("--n", type=int, default=2000)
+    stmts.add_argument("--concurrency", type=int, default=8)
+    stmts.add_argument("--e2e", action="store_true", help="started while the runner works")
     soak = sub.add_parser(
         "soak", help="N workflows through one runner process: RSS and throughput over time"
     )
@@ -142,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
         backlogs = [int(x) for x in args.backlogs.split(",") if x.strip()]
         stores = [x.strip() for x in args.stores.split(",") if x.strip()]
         print(cs.table(cs.run(stores, backlogs, args.claims)))
+        return 0
+    if args.cmd == "statements":
+        from . import statements as st
+
+        for kind in [x.strip() for x in args.stores.split(",") if x.strip()]:
+            print(st.run(kind, args.n, e2e=args.e2e, concurrency=args.concurrency))
         return 0
     if args.cmd == "soak":
         from . import soak as sk

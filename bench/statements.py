@@ -1,0 +1,127 @@
+"""What a workflow costs, statement by statement: ``python -m bench statements``.
+
+One runner process on a fresh store, N three-step workflows, either pre-created or
+started by ``Client.start`` from the main thread while the runner works (``--e2e``).
+The store's named queries and decisions are wrapped with counters: per workflow, how
+many of each ran, and on PostgreSQL the server CPU each took (the backend's utime +
+stime from ``/proc``, in clock ticks: read the per-call figure as an average over many
+calls). Also the claims that came back empty, the wake-ups (``nudge``) and the sleeps.
+Nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+import threading
+import time
+from typing import Any
+
+from . import core
+
+
+def _backend_cpu(conn: Any) -> float:
+    pid = getattr(getattr(conn, "info", None), "backend_pid", None)
+    if pid is None:  # SQLite: no server
+        return 0.0
+    with open(f"/proc/{pid}/stat") as fh:
+        raw = fh.read()
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Counted:
+    """Counters around one store object's primitives (its own attributes, replaced)."""
+
+    def __init__(self, store: Any) -> None:
+        self.calls: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+        self.events: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+        run, decide, claim = store._run, store._run_decision, store.claim
+        wakeup = store._wakeup
+        nudge, wait = wakeup.nudge, wakeup.wait
+
+        def timed(name: str, conn: Any, call: Any) -> Any:
+            before = _backend_cpu(conn)
+            result = call()
+            used = _backend_cpu(conn) - before
+            with self._lock:
+                self.calls[name][0] += 1
+                self.calls[name][1] += used
+            return result
+
+        store._run = lambda conn, name, params: timed(name, conn, lambda: run(conn, name, params))
+        store._run_decision = lambda conn, names, params: timed(
+            "+".join(n.replace("apply_", "") for n in names),
+            conn,
+            lambda: decide(conn, names, params),
+        )
+
+        def counted_claim(**kw: Any) -> Any:
+            got = claim(**kw)
+            self._count("claim, empty" if not got else "claim, got work")
+            return got
+
+        def counted_nudge() -> None:
+            self._count("nudge (to a sleeper)" if wakeup._sleeping else "nudge (remembered)")
+            nudge()
+
+        def counted_wait(timeout: float) -> bool:
+            woken = wait(timeout)
+            self._count("sleep ended by a wake-up" if woken else "sleep ran out")
+            return bool(woken)
+
+        store.claim = counted_claim
+        wakeup.nudge, wakeup.wait = counted_nudge, counted_wait
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.events[what] += 1
+
+
+def run(store_kind: str, n: int, *, e2e: bool, concurrency: int) -> str:
+    from statemachine_wf.client.machine import Client
+    from statemachine_wf.runtime.runner import Runner, RunnerOptions
+
+    from .workload import ThreeSteps
+
+    s = core.Settings(n=n)
+    s.tmp = tempfile.mkdtemp(prefix="swfbench-stmt-")
+    spec = core._spec(s, store_kind, f"{store_kind}_statements")
+    spec["concurrency"] = concurrency
+    core.fresh_store(spec)
+    try:
+        if not e2e:
+            core.precreate(spec, n)
+        store = core.open_store(spec)
+        store.migrate()
+        core.warm_pool(store, concurrency + 2)
+        counted = _Counted(store)
+        runner = Runner(store, [ThreeSteps], options=RunnerOptions(concurrency=concurrency))
+        with core.watcher(spec) as count:
+            t0 = time.perf_counter()
+            runner.start()
+            if e2e:
+                client = Client(store)
+                for i in range(n):
+                    client.start(ThreeSteps, {"n": i})
+            while count()[0] < n:
+                time.sleep(0.005)
+            elapsed = time.perf_counter() - t0
+        runner.stop(timeout=30)
+        store.close()
+    finally:
+        core.drop_store(spec)
+    what = "end to end (start + run)" if e2e else "pre-created"
+    lines = [
+        f"{store_kind}, {what}: {n} workflows x 3 steps, {concurrency} workers, "
+        f"{3 * n / elapsed:.0f} steps/s",
+        f"{'statement':<44} {'per workflow':>12} {'server ms/call':>15}",
+    ]
+    for name, (calls, cpu) in sorted(counted.calls.items(), key=lambda kv: -kv[1][0]):
+        server = f"{1000 * cpu / calls:.3f}" if store_kind == "pg" else "-"
+        lines.append(f"{name:<44} {calls / n:>12.2f} {server:>15}")
+    for what_, times in sorted(counted.events.items()):
+        lines.append(f"{what_:<44} {times / n:>12.2f}")
+    return "\n".join(lines)
