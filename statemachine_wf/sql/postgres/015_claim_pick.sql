@@ -1,7 +1,8 @@
--- The claim's pick, per type (as SQLite's 015): claim and dag_claim take their candidates
--- from swf_pick, a walk of each type's due tasks down wf_tasks_type_pick in the claim's
--- own order (priority, then due time) that stops at n, whatever the backlog and whatever
--- the other types hold. The index replaces (priority, due_at), which only the picks used.
+-- The claim's pick, per type (as SQLite's 015): the claim takes its candidates from
+-- swf_pick (dag_claim from swf_dag_pick, below), a walk of each type's due tasks down
+-- wf_tasks_type_pick in the claim's own order (priority, then due time) that stops at n,
+-- whatever the backlog and whatever the other types hold. The index replaces
+-- (priority, due_at), which only the picks used.
 --
 -- Why a function: it is the one place a plan can be pinned. Planned in the statement, the
 -- pick followed the statistics: on a table not analyzed yet (a burst of starts; a server
