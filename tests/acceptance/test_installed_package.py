@@ -3,11 +3,12 @@
 The sdist and the wheel are built from a copy of the source tree (the checkout is not
 written to) and pass ``twine check``; the wheel is installed with its extras
 ``[postgres,ethereum,arweave,dag]`` (dependencies from the package index, through the pip
-cache) into a new ``python -m venv``. Everything else runs with that environment's
-interpreter and console script, from an empty directory outside the repository, with no
-``PYTHONPATH`` and no ``SWF_*`` variable: the README quickstart, the CLI on a workflow
-module in that directory, and a PostgreSQL store. Each run checks that
-``statemachine_wf`` was imported from the virtual environment, never from the checkout.
+cache) into a new ``python -m venv``, and once more with no extras at all. Everything else
+runs with that environment's interpreter and console script, from an empty directory
+outside the repository, with no ``PYTHONPATH`` and no ``SWF_*`` variable: the README
+quickstart, the CLI on a workflow module in that directory, and a PostgreSQL store. Each
+run checks that ``statemachine_wf`` was imported from the virtual environment, never from
+the checkout.
 """
 
 from __future__ import annotations
@@ -265,6 +266,38 @@ def test_the_cli_runs_a_workflow_module_in_an_empty_directory(
     assert record["progress"]["note"] == "42 via --deps"
     # The worker ran the installed package, not a checkout.
     assert Path(record["progress"]["sdk"]).is_relative_to(installed.site_packages)
+
+
+def test_a_plain_install_without_extras_runs_the_quickstart_and_the_cli(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """``pip install statemachine_wf``, no extras: what the README's quickstart and the
+    SQLite CLI need is in the core dependencies (the DAG conditions' simpleeval was once
+    only in an extra, and ``import statemachine_wf`` failed)."""
+    venv = tmp_path / "plain"
+    run([sys.executable, "-m", "venv", venv], cwd=tmp_path)
+    python = venv / "bin" / "python"
+    run([python, "-m", "pip", "install", "-q", installed.wheel], cwd=tmp_path, timeout=600)
+    work = tmp_path / "user"
+    work.mkdir()
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(r"```python\n(.*?)```", readme, re.DOTALL)
+    assert match, "the README has no python block"
+    (work / "quickstart.py").write_text(match.group(1))
+    out = run([python, "quickstart.py"], cwd=work).stdout
+    assert "HELLO ADA" in out
+    assert "COMPLETED" in out
+    (work / "flows.py").write_text(FLOWS)
+    cli = venv / "bin" / "statemachine-wf"
+    assert "schema at version" in run([cli, "-m", "flows", "migrate"], cwd=work).stdout
+    payload = json.dumps({"n": 4})
+    run_id = run(
+        [cli, "-m", "flows", "start", "accept.double.v1", "--input", payload], cwd=work
+    ).stdout.strip()
+    run([cli, "-m", "flows", "worker", "--until-idle", "--deps", "flows:dependencies"], cwd=work)
+    record = json.loads(run([cli, "status", run_id, "--json"], cwd=work).stdout)
+    assert record["status"] == "COMPLETED"
+    assert record["progress"]["doubled"] == 8
 
 
 @pytest.mark.postgres
