@@ -12,7 +12,6 @@ Nothing here asserts a timing.
 from __future__ import annotations
 
 import collections
-import os
 import tempfile
 import threading
 import time
@@ -22,13 +21,9 @@ from . import core
 
 
 def _backend_cpu(conn: Any) -> float:
+    """CPU seconds so far of the server process behind ``conn`` (SQLite: none, 0)."""
     pid = getattr(getattr(conn, "info", None), "backend_pid", None)
-    if pid is None:  # SQLite: no server
-        return 0.0
-    with open(f"/proc/{pid}/stat") as fh:
-        raw = fh.read()
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0 if pid is None else core._pid_cpu(pid)
 
 
 class _Counted:
