@@ -1,13 +1,14 @@
-"""The SQLite store's connections: one per thread, the writer lock, error translation.
+"""The SQLite store's connections: reads per thread, writes grouped, error translation.
 
 Everything :class:`~statemachine_wf.stores.sqlite.SQLiteStore` needs to talk to the file,
-apart from the SQL: a connection per thread (WAL, ``synchronous``, foreign keys), every
-write in ``BEGIN IMMEDIATE`` behind an in-process writer lock, the one wrapper that turns
-driver errors into the port's (:func:`wrap_errors`), the primitives of
-:class:`~statemachine_wf.stores._decisions.SqlStore` (a named query may be a short script),
-the wake-ups (an in-process condition, and a watcher of ``PRAGMA data_version`` for
-other processes' commits, which also feeds the live updates), and the migrations the
-first connection applies.
+apart from the SQL: a read connection per thread (WAL, ``synchronous``, foreign keys),
+one write connection on which every write runs in ``BEGIN IMMEDIATE`` behind an in-process
+writer lock, the writes queued behind each other sharing one COMMIT (group commit: see
+``_write``), the one wrapper that turns driver errors into the port's
+(:func:`wrap_errors`), the primitives of :class:`~statemachine_wf.stores._decisions.SqlStore`
+(a named query may be a short script), the wake-ups (an in-process condition, and a
+watcher of ``PRAGMA data_version`` for other processes' commits, which also feeds the
+live updates), and the migrations the first connection applies.
 """
 
 from __future__ import annotations
@@ -75,6 +76,30 @@ class _Result:
         return self.rows
 
 
+_GROUP_MAX = 16
+"""The most writes one COMMIT carries (see SQLiteConnections._write): a bound on how
+long the group's first write waits for the others."""
+
+
+class _Group:
+    """The writes sharing one transaction: released together once its COMMIT is durable,
+    or all told it failed."""
+
+    __slots__ = ("done", "error", "size")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: Exception | None = None
+        self.size = 0
+
+    def wait(self) -> None:
+        self.done.wait()
+        if self.error is not None:
+            raise StoreError(
+                f"sqlite: the commit of this write failed: {self.error}"
+            ) from self.error
+
+
 class SQLiteConnections(SqlStore):
     """A :class:`SqlStore` on one SQLite file: the connection side of the store."""
 
@@ -89,29 +114,38 @@ class SQLiteConnections(SqlStore):
         self._lock = threading.Lock()
         self._wakeup = Wakeup()
         self._writer = threading.Lock()
+        self._queue = threading.Lock()  # guards _queued
+        self._queued = 0  # writers waiting for the writer lock
+        self._group: _Group | None = None  # the open transaction's writes (group commit)
+        self._wconn: sqlite3.Connection | None = None
+        self._appended: dict[str, int] = {}  # the open transaction's events: id -> seq
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
         self._migrated = False
         self._live = LiveHub(start=self._ensure_watcher, register=self._live_watch)
 
     # -- connections ------------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        with wrap_errors():
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")  # validated above
+            conn.execute("PRAGMA foreign_keys=ON")
+        with self._lock:
+            self._conns.append(conn)
+        return conn
+
     def _conn(self) -> sqlite3.Connection:
+        """This thread's connection, for reads."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            with wrap_errors():
-                conn = sqlite3.connect(
-                    self.path,
-                    timeout=self.busy_timeout,
-                    isolation_level=None,
-                    check_same_thread=False,
-                )
-                conn.row_factory = sqlite3.Row
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(f"PRAGMA synchronous={self.synchronous}")  # validated above
-                conn.execute("PRAGMA foreign_keys=ON")
-            self._local.conn = conn
-            with self._lock:
-                self._conns.append(conn)
+            conn = self._local.conn = self._open()
         if not self._migrated:
             self._migrated = True
             self.migrate()
@@ -119,55 +153,116 @@ class SQLiteConnections(SqlStore):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        # Threads of this process queue here: SQLite's own busy handler backs off with
-        # sleeps of up to 100 ms, which would dominate a step. Other processes still
-        # meet the file lock and busy_timeout.
-        appended = self._appended(conn)
-        # wrap_errors covers the whole transaction, the writes inside it included: a
-        # driver error anywhere (busy beyond busy_timeout, disk full, I/O) is the
-        # database's, a StoreError, never the instance's fault.
-        with self._writer, wrap_errors():
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                appended.clear()
-                # SQLite may have rolled back already (some errors end the transaction);
-                # a failed COMMIT leaves it open. Either way the connection must leave
-                # here outside any transaction, and the original error is what matters.
-                if conn.in_transaction:
-                    with suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                raise
-        if appended:
-            for instance_id, seq in appended.items():
-                self._live.publish(instance_id, seq)
-            appended.clear()
-
-    def _appended(self, conn: sqlite3.Connection) -> dict[str, int]:
-        """This connection's events appended in the open transaction: instance -> last seq.
-
-        Filled by a TEMP trigger (per connection, so other tools writing the file need no
-        function of ours) and published to live watchers after COMMIT.
-        """
-        appended: dict[str, int] | None = getattr(self._local, "appended", None)
-        if appended is None:
-            found: dict[str, int] = {}
-
-            def note(instance_id: str, seq: int) -> None:
-                found[instance_id] = seq
-
+        # Group commit. Threads of this process queue on the writer lock (SQLite's own
+        # busy handler backs off with sleeps of up to 100 ms, which would dominate a step;
+        # other processes still meet the file lock and busy_timeout). Each write runs in a
+        # SAVEPOINT of one transaction that the queued writes share, and the write that
+        # finds nobody queued behind it COMMITs for all of them: one fsync per group, not
+        # per write. No write returns before the COMMIT that carries it is durable.
+        conn = self._writing()
+        with self._queue:
+            self._queued += 1
+        self._writer.acquire()
+        with self._queue:
+            self._queued -= 1
+        group, entered, before = self._group, False, dict(self._appended)
+        try:
+            # wrap_errors covers the write itself: a driver error anywhere (busy beyond
+            # busy_timeout, disk full, I/O) is the database's, a StoreError, never the
+            # instance's fault.
             with wrap_errors():
-                conn.create_function("swf_live_note", 2, note, deterministic=False)
+                if group is None:
+                    conn.execute("BEGIN IMMEDIATE")  # the file's write lock, up front
+                    group = self._group = _Group()
+                conn.execute("SAVEPOINT swf_write")
+                entered = True
+                yield conn
+                conn.execute("RELEASE swf_write")
+        except BaseException:
+            self._leave(conn, group, lost=entered and not self._undo(conn, before))
+            raise
+        self._leave(conn, group)
+        group.wait()
+
+    def _undo(self, conn: sqlite3.Connection, before: dict[str, int]) -> bool:
+        """Roll back the failed write's savepoint (the group's earlier writes stand);
+        False when that is not possible and the whole transaction must go."""
+        self._appended.clear()
+        self._appended.update(before)
+        if not conn.in_transaction:  # the error ended the transaction (SQLite does, some)
+            return False
+        try:
+            conn.execute("ROLLBACK TO swf_write")
+            conn.execute("RELEASE swf_write")
+        except sqlite3.Error:
+            return False
+        return True
+
+    def _leave(self, conn: sqlite3.Connection, group: _Group | None, *, lost: bool = False) -> None:
+        """Hand the writer lock on; COMMIT the group first if this write is its last:
+        nobody queued behind it, the group full, or its transaction lost to an error."""
+        appended: dict[str, int] = {}
+        try:
+            if group is None:  # BEGIN failed: there is no transaction
+                return
+            group.size += 1
+            if lost or not conn.in_transaction:
+                group.error = group.error or StoreError(
+                    "sqlite: another write in the same transaction ended it with an error; "
+                    "nothing of this write was committed"
+                )
+            if group.error is not None or self._queued == 0 or group.size >= _GROUP_MAX:
+                self._group = None
+                appended = self._commit(conn, group)
+        finally:
+            self._writer.release()
+        for instance_id, seq in appended.items():  # live watchers, once it is durable
+            self._live.publish(instance_id, seq)
+
+    def _commit(self, conn: sqlite3.Connection, group: _Group) -> dict[str, int]:
+        """COMMIT (or roll back a lost) group and release its writers; the events it
+        appended when it committed."""
+        appended = dict(self._appended)
+        self._appended.clear()
+        try:
+            if group.error is None:
+                with wrap_errors():
+                    conn.execute("COMMIT")
+        except Exception as exc:
+            group.error = exc
+        finally:
+            # A failed COMMIT leaves the transaction open: the connection must leave here
+            # outside any transaction.
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            group.done.set()
+        return appended if group.error is None else {}
+
+    def _writing(self) -> sqlite3.Connection:
+        """The process's one write connection: every thread's writes run on it, behind
+        the writer lock. A TEMP trigger (per connection, so other tools writing the file
+        need no function of ours) notes the events each write appends."""
+        conn = self._wconn
+        if conn is None:
+            self._conn()  # the first connection applies the migrations
+            conn = self._open()
+            with wrap_errors():
+                conn.create_function("swf_live_note", 2, self._note, deterministic=False)
                 conn.execute(
                     "CREATE TEMP TRIGGER IF NOT EXISTS swf_live_note AFTER INSERT ON "
                     "main.wf_events BEGIN SELECT swf_live_note(NEW.instance_id, NEW.seq); END"
                 )
-            self._local.appended = appended = found
-        return appended
+            with self._lock:  # two threads' first writes: one connection wins
+                if self._wconn is None:
+                    self._wconn = conn
+                conn = self._wconn
+        return conn
 
+    def _note(self, instance_id: str, seq: int) -> None:
+        self._appended[instance_id] = seq  # published after the COMMIT (see _commit)
+
+    # -- the primitives of SqlStore ------------------------------------------------------
     # -- the primitives of SqlStore ------------------------------------------------------
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
@@ -230,6 +325,7 @@ class SQLiteConnections(SqlStore):
                 conn.close()
             self._conns.clear()
         self._local = threading.local()
+        self._wconn = None
 
     def wait_for_work(self, timeout: float) -> bool:
         self._ensure_watcher()

@@ -2,9 +2,11 @@
 
 WAL journal, ``BEGIN IMMEDIATE`` for every write (the writer lock is taken up front, so
 two writers never deadlock on an upgrade), ``busy_timeout`` for waiting on it, and
-``synchronous=FULL`` by default so a commit survives power loss. Each thread has its
-own connection. Waiting runners wake on an in-process condition when this process adds
-work, and notice other processes' commits through ``PRAGMA data_version``.
+``synchronous=FULL`` by default so a commit survives power loss. Each thread reads on its
+own connection; the writes of the process share one, and those queued behind each other
+share a COMMIT (group commit), each returning once it is durable. Waiting runners wake on
+an in-process condition when this process adds work, and notice other processes' commits
+through ``PRAGMA data_version``.
 """
 
 from __future__ import annotations
