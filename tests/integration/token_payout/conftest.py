@@ -17,8 +17,10 @@ from examples.token_payout import PayoutSettings, TokenPayout
 from statemachine_wf import Client, Runner, RunnerOptions, Status
 from statemachine_wf.adapters.ethereum import AnvilNode, EthereumClient, LocalSigner, deploy
 from statemachine_wf.adapters.ethereum.types import keccak_hex
-from statemachine_wf.stores.sqlite import SQLiteStore
+from statemachine_wf.core.store import Store
+from statemachine_wf.stores import open_store
 from tests.integration.chain.conftest import close_http
+from tests.plugins.stores import PG_DSN
 
 SUPPLY = 10**6 * 10**18
 
@@ -49,10 +51,15 @@ class PayEnv:
     eth: EthereumClient
     treasury: LocalSigner
     token: Contract
-    store: SQLiteStore
+    store: Store
     client: Client
     settings: PayoutSettings
     db_url: str
+    schema: str | None = None  # PostgreSQL: the schema of the tables
+
+    def store_args(self) -> list[str]:
+        """How a worker process (worker_main.py) opens the same store."""
+        return ["--url", self.db_url, *(["--schema", self.schema] if self.schema else [])]
 
     def deps(self, **overrides: Any) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -108,15 +115,15 @@ def settings_for(token: str, treasury: str, **overrides: Any) -> PayoutSettings:
     return PayoutSettings(token=token, treasury=treasury, **base)
 
 
-@pytest.fixture
-def pay_env(anvil: AnvilNode, sqlite_path: str) -> Iterator[PayEnv]:
+def open_pay_env(anvil: AnvilNode, db_url: str, schema: str | None = None) -> PayEnv:
+    """The token deployed by the treasury on ``anvil``, and the store at ``db_url``."""
     eth = EthereumClient.from_url(anvil.url, timeout=5.0)
     treasury = LocalSigner.from_private_key(anvil.private_keys[0])
     artifact = payout_token_artifact()
     address = deploy(eth, treasury, artifact.abi, artifact.bytecode, SUPPLY)
-    store = SQLiteStore(sqlite_path)
+    store = open_store(db_url, schema=schema)
     store.migrate()
-    yield PayEnv(
+    return PayEnv(
         node=anvil,
         eth=eth,
         treasury=treasury,
@@ -124,10 +131,34 @@ def pay_env(anvil: AnvilNode, sqlite_path: str) -> Iterator[PayEnv]:
         store=store,
         client=Client(store, [TokenPayout]),
         settings=settings_for(address, treasury.address),
-        db_url=f"sqlite:///{sqlite_path}",
+        db_url=db_url,
+        schema=schema,
     )
-    store.close()
-    close_http(eth)
+
+
+def close_pay_env(env: PayEnv) -> None:
+    env.store.close()
+    close_http(env.eth)
+
+
+@pytest.fixture
+def pay_env(anvil: AnvilNode, sqlite_path: str) -> Iterator[PayEnv]:
+    env = open_pay_env(anvil, f"sqlite:///{sqlite_path}")
+    yield env
+    close_pay_env(env)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_pay_env(
+    request: pytest.FixtureRequest, anvil: AnvilNode, sqlite_path: str
+) -> Iterator[PayEnv]:
+    """``pay_env`` on each store in turn (PostgreSQL: a fresh schema, dropped after)."""
+    if request.param == "sqlite":
+        env = open_pay_env(anvil, f"sqlite:///{sqlite_path}")
+    else:
+        env = open_pay_env(anvil, PG_DSN, schema=request.getfixturevalue("pg_schema"))
+    yield env
+    close_pay_env(env)
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """SIGKILL a TokenPayout runner at every boundary of a payout, restart, count the tokens.
 
-For each boundary (before/after the transaction record's save, before/after the
+On each store, for each boundary (before/after the transaction record's save, before/after the
 broadcast, before/after the confirmation's commit): four payouts from one treasury, a
 runner process that kills itself the first time it gets there, a runner with the same
 worker id that finishes the work. Then: every payout COMPLETED, each payout id paid
@@ -48,12 +48,12 @@ def assert_died_at(env: PayEnv, ids: list[str], start: int, point: str) -> None:
 
 @pytest.mark.parametrize("point", POINTS)
 def test_sigkill_at_each_boundary_pays_each_recipient_once(
-    pay_env: PayEnv, tmp_path: Path, point: str
+    any_pay_env: PayEnv, tmp_path: Path, point: str
 ) -> None:
-    env = pay_env
+    env = any_pay_env
     start = env.eth.nonce(env.treasury.address)
     ids = [env.client.start(TokenPayout, payout_input(n, tag=point)) for n in range(N)]
-    common = ["--url", env.db_url, "--rpc", env.node.url, "--token", env.token.address]
+    common = [*env.store_args(), "--rpc", env.node.url, "--token", env.token.address]
 
     def all_completed() -> bool:
         return all(env.client.status(i) == Status.COMPLETED for i in ids)

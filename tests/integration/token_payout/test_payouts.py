@@ -159,7 +159,7 @@ def test_the_await_step_is_woken_by_new_blocks_not_by_its_poll(
         eth=eth,
         treasury=treasury,
         token=eth.contract(token, artifact.abi),
-        store=env_store,  # type: ignore[arg-type]
+        store=env_store,
         client=client,
         settings=hour,
         db_url="",

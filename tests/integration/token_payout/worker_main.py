@@ -1,6 +1,6 @@
 """A TokenPayout runner process, with SIGKILL at one chosen boundary.
 
-    python worker_main.py --url URL --rpc URL --token ADDR --worker-id ID
+    python worker_main.py --url URL [--schema NAME] --rpc URL --token ADDR --worker-id ID
         [--chaos POINT] [--confirmations N] [--concurrency N]
 
 The treasury's key comes from ``SWF_ETH_PRIVATE_KEY`` (never the command line).
@@ -37,6 +37,8 @@ from statemachine_wf import Runner, RunnerOptions
 from statemachine_wf.adapters.ethereum import EthereumClient, LocalSigner, SignedTx
 from statemachine_wf.core.store import Commit
 from statemachine_wf.definition.events import Ev
+from statemachine_wf.stores._decisions import SqlStore
+from statemachine_wf.stores.postgres import PostgresStore
 from statemachine_wf.stores.sqlite import SQLiteStore
 from tests.integration.token_payout.conftest import settings_for
 
@@ -61,7 +63,9 @@ NEXT_SUBMIT_ARMED = threading.Event()
 NEXT_SUBMIT_REACHED = threading.Event()
 
 
-class ChaosStore(SQLiteStore):
+class Chaos(SqlStore):
+    """The store's ``apply``, with SIGKILL around the commits that matter."""
+
     point: str | None = None
 
     def apply(self, commit: Commit) -> int:
@@ -85,6 +89,14 @@ class ChaosStore(SQLiteStore):
             NEXT_SUBMIT_REACHED.wait(30)
             die()
         return version
+
+
+class ChaosSQLite(Chaos, SQLiteStore):
+    pass
+
+
+class ChaosPostgres(Chaos, PostgresStore):
+    pass
 
 
 class ChaosEth(EthereumClient):
@@ -126,6 +138,7 @@ class ChaosSigner:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--url", required=True)
+    p.add_argument("--schema", default=None, help="the PostgreSQL schema of the tables")
     p.add_argument("--rpc", required=True)
     p.add_argument("--token", required=True)
     p.add_argument("--worker-id", required=True)
@@ -137,7 +150,11 @@ def main() -> None:
     logging.basicConfig(
         level=logging.WARNING, format=f"%(asctime)s {args.worker_id} %(name)s %(message)s"
     )
-    store = ChaosStore(args.url.removeprefix("sqlite:///"))
+    store: Chaos
+    if args.url.startswith("sqlite:///"):
+        store = ChaosSQLite(args.url.removeprefix("sqlite:///"))
+    else:
+        store = ChaosPostgres(args.url, schema=args.schema or "public")
     store.point = args.chaos
     store.migrate()
     eth = ChaosEth(EthereumClient.from_url(args.rpc, timeout=5.0), args.chaos)
