@@ -81,6 +81,14 @@ _GROUP_MAX = 16
 long the group's first write waits for the others."""
 
 
+def _in_transaction(conn: sqlite3.Connection) -> bool:
+    """Whether ``conn`` is inside a transaction; False for a closed connection too."""
+    try:
+        return conn.in_transaction
+    except sqlite3.Error:
+        return False
+
+
 class _Group:
     """The writes sharing one transaction: released together once its COMMIT is durable,
     or all told it failed."""
@@ -189,7 +197,7 @@ class SQLiteConnections(SqlStore):
         False when that is not possible and the whole transaction must go."""
         self._appended.clear()
         self._appended.update(before)
-        if not conn.in_transaction:  # the error ended the transaction (SQLite does, some)
+        if not _in_transaction(conn):  # the error ended the transaction (SQLite does, some)
             return False
         try:
             conn.execute("ROLLBACK TO swf_write")
@@ -206,7 +214,7 @@ class SQLiteConnections(SqlStore):
             if group is None:  # BEGIN failed: there is no transaction
                 return
             group.size += 1
-            if lost or not conn.in_transaction:
+            if lost or not _in_transaction(conn):
                 group.error = group.error or StoreError(
                     "sqlite: another write in the same transaction ended it with an error; "
                     "nothing of this write was committed"
@@ -232,11 +240,14 @@ class SQLiteConnections(SqlStore):
             group.error = exc
         finally:
             # A failed COMMIT leaves the transaction open: the connection must leave here
-            # outside any transaction.
-            if conn.in_transaction:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            group.done.set()
+            # outside any transaction. The group's writers are released whatever happens
+            # (a closed connection included), or they would wait forever.
+            try:
+                if _in_transaction(conn):
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+            finally:
+                group.done.set()
         return appended if group.error is None else {}
 
     def _writing(self) -> sqlite3.Connection:

@@ -134,3 +134,29 @@ def test_a_write_alone_commits_at_once(store: SQLiteStore) -> None:
         conn.execute("INSERT INTO t VALUES (1)")
     assert rows(store) == [1]
     assert len(seen) == 1
+
+
+def test_a_connection_closed_under_a_group_releases_its_writers_with_an_error(
+    store: SQLiteStore,
+) -> None:
+    first_inside = threading.Event()
+
+    def first() -> None:
+        with store._write() as conn:
+            conn.execute("INSERT INTO t VALUES (1)")
+            first_inside.set()
+            queued(store, 1)
+
+    def closing() -> None:
+        first_inside.wait(10)
+        with store._write() as conn:
+            conn.close()  # as a close() of the store racing its writers would
+
+    (a, a_errors), (b, b_errors) = in_thread(first), in_thread(closing)
+    a.join(20)
+    b.join(20)
+    assert not a.is_alive(), "the waiting writer of the group never returned"
+    assert not b.is_alive(), "the closing writer never returned"
+    assert [type(e) for e in a_errors] == [StoreError]
+    assert [type(e) for e in b_errors] == [StoreError]
+    assert rows(store) == []
