@@ -385,6 +385,19 @@ class DagRuns(Protocol):
         """
         ...
 
+    def dag_apply_take(
+        self, commit: DagCommit, *, lease: float, incarnation: str = ""
+    ) -> tuple[int, TaskRecord | None]:
+        """``dag_apply``, and the one node task it dispatches (due now) leased to
+        ``commit.worker`` under a fresh token: a hand-off, the committing worker runs that
+        node next with no claim. The decision's last event must be that node's
+        NODE_STARTED (the claim's intent); the task is None when nothing was dispatched.
+
+        Raises:
+            ConcurrencyConflict: the instance is no longer at ``commit.version``.
+        """
+        ...
+
     def dag_save(self, name: str, definition: dict[str, Any]) -> int:
         """Store a new immutable version of the definition ``name``; return its number."""
         ...

@@ -14,6 +14,9 @@ try). Then:
    one read and this commit. A loser of the CAS re-reads the log's tail and decides
    again; a duplicate delivery finds the result already there (in the view, or through
    the log's unique index, which fails the whole commit) and writes nothing.
+3. A commit that dispatches exactly one node, due now, hands it to this worker (with a
+   runner's ``lease``; :func:`~..core.dag_interpret.hand_off`): :meth:`DagExecutor.run`
+   returns its claim and the runner runs it next. A chain node costs a read and a commit.
 
 A node task whose run is already completed (a result recorded but not scheduled) is
 only scheduled; a failure retries with backoff (the task is due again later) and then,
@@ -41,6 +44,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -95,6 +99,10 @@ class DagExecutor:
         registry: the functions and queries ``python``/``data_query`` nodes may call.
         worker: the runner's worker id (written on events, owner of leases).
         loop: returns the calling thread's asyncio loop (handlers are coroutines).
+        lease: seconds of the lease on a node handed to this worker by its own commit (see
+            the module's step 3); None: no hand-off, every node is claimed.
+        incarnation: the runner's incarnation (the prefix of a handed task's lease token,
+            which the runner's heartbeat extends).
     """
 
     def __init__(
@@ -107,8 +115,12 @@ class DagExecutor:
         threads: int = 8,
         workflows: Mapping[str, type[Workflow[Any, Any]]] | None = None,
         observer: observe.Observer = observe.NOOP,
+        lease: float | None = None,
+        incarnation: str = "",
     ) -> None:
         self.observer = observer
+        self._lease = lease
+        self._incarnation = incarnation
         self.store = store
         self.registry = registry
         self.worker = worker
@@ -124,18 +136,19 @@ class DagExecutor:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- one node task ---------------------------------------------------------------------
-    def run(self, claim: Claim) -> None:
-        """Run one claimed node task (its span, metrics and log context around it)."""
+    def run(self, claim: Claim) -> Claim | None:
+        """Run one claimed node task (its span, metrics and log context around it); the
+        claim of the next node when its commit handed one to this worker."""
         with self.observer.node(claim):
-            self._run(claim)
+            return self._run(claim)
 
-    def _run(self, claim: Claim) -> None:
+    def _run(self, claim: Claim) -> Claim | None:
         instance_id, node = claim.instance.id, claim.task.slot
         entry = self._entry(instance_id)
         with entry.lock:
             snap = self._read(entry, instance_id)
             if snap is None:
-                return  # deleted (a stopped test run): its tasks went with it
+                return None  # deleted (a stopped test run): its tasks went with it
             seen = entry.commits
             view, graph = entry.view, entry.graph
             if view is None or graph is None:  # _read fills both
@@ -146,6 +159,7 @@ class DagExecutor:
             ctx = {} if terminal or done else view.context()
             loop_state = None if terminal or done else _loop_state(graph, view, node, run)
             timer = None if terminal or done else view.timers.get((node, run))
+        taken: list[Claim] = []
         if timer is not None:
             # A delay node's run whose timer was set: it completes once its time has come
             # (its task was due then), with what it computed when the timer was set.
@@ -161,8 +175,9 @@ class DagExecutor:
                     attempt=claim.task.attempt,
                     snap=snap,
                     seen=seen,
+                    taken=taken,
                 )
-            return
+            return taken[0] if taken else None
         if terminal or done:
             # Over (the task only goes), or a result recorded but never scheduled (by an
             # older version, which wrote the two in separate commits): schedule only.
@@ -176,7 +191,7 @@ class DagExecutor:
                 snap,
                 seen,
             )
-            return
+            return None
         call = NodeCall(
             instance_id=instance_id,
             node=graph.nodes[node],
@@ -203,16 +218,16 @@ class DagExecutor:
             raise
         except ChildRunning as wait:
             self._park(claim, run, wait.child_id)
-            return
+            return None
         except (Exception, PydanticSerializationError) as exc:
             self._failed(graph, claim, run, exc)
-            return
+            return None
         if result.delay > 0:
             # A timer (the delay node): the run completes only when the time has come, so
             # nothing downstream -- a join made ready later by another branch included --
             # can run before. Its task sleeps until then; no thread waits.
             self._wait(claim, run, result.delay, time.time() + result.delay, output)
-            return
+            return None
         self.complete(
             instance_id,
             graph,
@@ -222,8 +237,10 @@ class DagExecutor:
             attempt=claim.task.attempt,
             snap=snap,
             seen=seen,
+            taken=taken,
         )
         observe.mark("completed")
+        return taken[0] if taken else None
 
     def complete(
         self,
@@ -237,6 +254,7 @@ class DagExecutor:
         error: bool = False,
         snap: DagSnapshot | None = None,
         seen: int = -1,
+        taken: list[Claim] | None = None,
     ) -> bool:
         """Record ``node``'s run ``run`` as completed with ``result`` and schedule what
         follows, in one version-checked commit.
@@ -246,6 +264,8 @@ class DagExecutor:
         instance has ended. ``snap``: the read the node ran on, tried first (a chain
         node then costs its claim, one read and this commit) unless this runner has
         committed to the instance since (``seen``: its commit count at that read).
+        ``taken``: where the claim of a node this commit hands to this worker goes (see
+        the module's step 3); None: no hand-off.
         """
         outcome = NodeOutcome(result.output, result.handle, result.delay, error)
 
@@ -261,7 +281,7 @@ class DagExecutor:
                 open_slots=s.open_slots,
             )
 
-        if not self._commit_loop(instance_id, decide, snap, seen):
+        if not self._commit_loop(instance_id, decide, snap, seen, taken):
             log.info("instance %s: %s run %d result already recorded", instance_id, node, run)
             return False
         return True
@@ -412,6 +432,7 @@ class DagExecutor:
         make: Callable[[DagSnapshot, LogView], DagDecision | None],
         snap: DagSnapshot | None = None,
         seen: int = -1,
+        taken: list[Claim] | None = None,
     ) -> bool:
         """Decide on the cached view and commit, gated by the instance's version; True if
         a decision was committed, False if there was nothing to write.
@@ -441,9 +462,21 @@ class DagExecutor:
                 decision = make(snap, entry.view)
                 if decision is None:
                     return False
-                self.store.dag_apply(
-                    DagCommit(instance_id, snap.instance.version, decision, self.worker)
-                )
+                handed = None
+                if taken is not None and self._lease is not None:
+                    handed = interpret.hand_off(decision)
+                if handed is None:
+                    self.store.dag_apply(
+                        DagCommit(instance_id, snap.instance.version, decision, self.worker)
+                    )
+                else:
+                    commit = DagCommit(instance_id, snap.instance.version, handed, self.worker)
+                    version, task = self.store.dag_apply_take(
+                        commit, lease=self._lease or 0.0, incarnation=self._incarnation
+                    )
+                    if task is not None and taken is not None:
+                        instance = replace(snap.instance, version=version)
+                        taken.append(Claim(task, instance, started=True))
                 entry.commits += 1
                 if decision.finish:
                     self._forget(instance_id)  # over: nothing left to decide

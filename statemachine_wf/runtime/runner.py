@@ -15,6 +15,7 @@ is away. Driving one claimed instance is the driver's job:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import queue
@@ -151,7 +152,7 @@ class Runner:
         """Drives each claimed state-machine instance (public: the testing helpers use it)."""
         self.dag_types: tuple[str, ...] = ()
         self._dag: Any = None
-        self._drivers: dict[str, Callable[[Claim, bool], None]] = {
+        self._drivers: dict[str, Callable[[Claim, bool], Claim | None]] = {
             "machine": self._drive_machine,
             "dag": self._drive_dag,
         }
@@ -167,6 +168,8 @@ class Runner:
                 threads=self.opts.concurrency,
                 workflows=self.classes,
                 observer=self.observer,
+                lease=self.opts.lease,
+                incarnation=self.incarnation,
             )
 
     # -- lifecycle --------------------------------------------------------------------
@@ -348,7 +351,7 @@ class Runner:
                         incarnation=self.incarnation,
                     )
                     if claim is not None:
-                        self._run_claim(claim, startup=True)
+                        self._run_handing(claim, startup=True)
                     continue
                 claims = (
                     self.store.claim(
@@ -390,7 +393,7 @@ class Runner:
                 else:
                     self.store.nudge()
                 for claim in claims:
-                    self._run_claim(claim, startup=False)
+                    self._run_handing(claim, startup=False)
                 self._deferred_nudge()  # if no commit passed it on
             except StoreUnavailable as exc:
                 log.debug("worker loop: %s (continuing)", exc)  # the store says it once
@@ -441,9 +444,37 @@ class Runner:
                 return True
             return False
 
-    def _run_claim(self, claim: Claim, *, startup: bool) -> None:
+    def _run_handing(self, claim: Claim, *, startup: bool) -> None:
+        """Run ``claim``, then each node its commit handed straight to this worker (a DAG's
+        next node in a chain: leased and started by that commit, no claim).
+
+        Busy throughout (``run_until_idle`` must not see an idle worker between a commit
+        and the node it handed over: that node is leased, so it is not due either).
+        """
         with self._busy_lock:
             self._busy += 1
+        try:
+            handed = self._run_claim(claim, startup=startup)
+            while handed is not None:
+                if self._stopping.is_set():
+                    # Stopping: not run here. Released, it is due at once for whoever runs
+                    # next (its NODE_STARTED is written: the next try is counted, as after
+                    # a crash); if the release fails, the lease runs out instead.
+                    with contextlib.suppress(StoreError):
+                        self.store.release(
+                            worker=self.worker_id,
+                            instance_ids=[handed.instance.id],
+                            token=handed.task.lease_token,
+                            incarnation=self.incarnation,
+                        )
+                    return
+                handed = self._run_claim(handed, startup=False)
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+
+    def _run_claim(self, claim: Claim, *, startup: bool) -> Claim | None:
+        """Run one claim; the claim its commit handed to this worker next, if any."""
         context = observe.enter_claim(claim)  # every record of this claim names it
         try:
             # The kind picks the driver; a task whose kind differs from its instance's is
@@ -452,7 +483,7 @@ class Runner:
             if drive is None or claim.task.kind != claim.instance.kind:
                 self._cannot_run(claim)
             else:
-                drive(claim, startup)
+                return drive(claim, startup)
         except LeaseLost as exc:
             self.observer.lease_lost()
             log.warning(
@@ -485,8 +516,7 @@ class Runner:
             )
         finally:
             observe.leave(context)
-            with self._busy_lock:
-                self._busy -= 1
+        return None
 
     def _hand_back(self, instance_id: str, token: str | None) -> None:
         """Release a claim abandoned for a store error, once the store answers again.
@@ -532,11 +562,12 @@ class Runner:
             return
         self.driver.drive(claim, cls, startup=startup)
 
-    def _drive_dag(self, claim: Claim, startup: bool) -> None:
+    def _drive_dag(self, claim: Claim, startup: bool) -> Claim | None:
         if self._dag is None or claim.instance.type not in self.dag_types:
             self._cannot_run(claim)
-            return
-        self._dag.run(claim)  # a node task: no start-up pass (see _queue_startup)
+            return None
+        handed: Claim | None = self._dag.run(claim)  # no start-up pass (see _queue_startup)
+        return handed
 
     def _cannot_run(self, claim: Claim) -> None:
         inst = claim.instance

@@ -176,6 +176,8 @@ def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
         "dispatch": encode(
             [{"node": t.node, "delay": t.delay, "attempt": t.attempt} for t in d.dispatch]
         ),
+        "token": None,  # dag_apply_take: the dispatched task leased under this token
+        "lease": 0.0,
     }
 
 

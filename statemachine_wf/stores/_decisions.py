@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, assert_never
 
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
-from ..core.store import Claim, Commit, DagCommit, NewDagInstance
+from ..core.store import Claim, Commit, DagCommit, NewDagInstance, TaskRecord
 from ..errors import ConcurrencyConflict, StoreError
 from ._base import Row
 from ._common import (
@@ -132,17 +132,36 @@ class SqlStore(SqlReads):
         return ["dag_head", "append_events", *dead, "dag_tail"]
 
     def dag_apply(self, commit: DagCommit) -> int:
-        params = self._params(**dag_apply_params(commit, self._encode))
+        return int(self._dag_apply(commit, dag_apply_params(commit, self._encode))["version"])
+
+    def dag_apply_take(
+        self, commit: DagCommit, *, lease: float, incarnation: str = ""
+    ) -> tuple[int, TaskRecord | None]:
+        # The dispatched task is inserted leased (the claim's columns, its attempt counted)
+        # and the decision carries its NODE_STARTED: what dag_claim would have written,
+        # in the commit that dispatched it, for the worker that is free to run it now.
+        d = commit.decision
+        if len(d.dispatch) != 1 or d.dispatch[0].delay > 0 or d.retry or d.finish:
+            raise ValueError("dag_apply_take hands off exactly one node task due now")
+        params = dag_apply_params(commit, self._encode)
+        params.update(token=new_lease_token(incarnation), lease=lease)
+        row = self._dag_apply(commit, params)
+        taken = None if row["taken"] is None else self._json(row["taken"])
+        return int(row["version"]), None if taken is None else task_record(
+            {**taken, "leased": True}
+        )
+
+    def _dag_apply(self, commit: DagCommit, params: dict[str, Any]) -> Row:
         try:
             with self._statement() as conn:
-                row = self._run_decision(conn, self._dag_plan(commit), params)
+                row = self._run_decision(conn, self._dag_plan(commit), self._params(**params))
         except ConcurrencyConflict:  # a node task already open, or an event: a lost race
             raise ConcurrencyConflict(commit.instance_id, commit.version) from None
         if row is None:  # the executor re-reads anyway: no round trip for the current version
             raise ConcurrencyConflict(commit.instance_id, commit.version)
         if dag_wakes(commit.decision):
             self._made_due()
-        return int(row["version"])
+        return row
 
     # -- Quarantine ---------------------------------------------------------------------
     def _quarantine_params(self, instance_id: str, reason: str, worker: str) -> dict[str, Any]:

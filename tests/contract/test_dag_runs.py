@@ -275,3 +275,45 @@ def test_dag_claim_says_whether_more_is_due_and_fences_each_claim_by_its_token(
     assert freed.lease_owner is None
     assert held.lease_owner == "w"
     assert store.dag_claim(worker="w", types=["t.other.v1"], lease=300) == []
+
+
+def test_dag_apply_take_hands_the_one_next_node_to_the_committing_worker(store: Store) -> None:
+    iid, _ = start(store)
+    commit = completion(store, claim_node(store, "s"), None)
+    handed = interpret.hand_off(commit.decision)
+    assert handed is not None
+    version, task = store.dag_apply_take(
+        replace(commit, decision=handed), lease=300, incarnation="host:1:abc"
+    )
+    assert version == commit.version + 1
+    assert task is not None
+    # What dag_claim would have leased: the node's task, its try counted, this worker's
+    # lease under a fresh token of the incarnation (the runner's heartbeat extends it).
+    assert (task.instance_id, task.slot, task.kind, task.attempt) == (iid, "n0", "dag", 1)
+    assert (task.lease_owner, task.leased, task.in_flight) == ("w", True, True)
+    assert task.lease_token is not None
+    assert task.lease_token.startswith("host:1:abc")
+    assert store.task(iid, "n0") == replace(task, due_at=store.task(iid, "n0").due_at)  # type: ignore[union-attr]
+    # Nobody else can claim it, and its NODE_STARTED follows the dispatch in the log.
+    assert store.dag_claim(worker="w2", types=[DAG_TYPE], lease=300) == []
+    tail = [(e.event_type, e.node, e.attempt) for e in store.events(iid)][-2:]
+    assert tail == [(Ev.NODE_DISPATCHED, "n0", 1), (Ev.NODE_STARTED, "n0", 1)]
+    # The lease is fenced like a claim's: released by its token, the node is due again.
+    store.release(worker="w", instance_ids=[iid], token=task.lease_token)
+    [again] = store.dag_claim(worker="w2", types=[DAG_TYPE], lease=300)
+    assert (again.task.slot, again.task.attempt) == ("n0", 2)
+
+
+def test_dag_apply_take_refuses_a_decision_that_does_not_hand_one_node_over(
+    store: Store,
+) -> None:
+    iid, _ = start(store)
+    commit = completion(store, claim_node(store, "s"), None)
+    two = replace(commit.decision, dispatch=commit.decision.dispatch * 2)
+    later = replace(commit.decision, dispatch=(replace(commit.decision.dispatch[0], delay=5),))
+    for decision in (two, later, replace(commit.decision, finish=True)):
+        with pytest.raises(ValueError, match="exactly one node task due now"):
+            store.dag_apply_take(replace(commit, decision=decision), lease=300)
+    assert store.dag_snapshot(iid).instance.version == commit.version  # type: ignore[union-attr]
+    assert interpret.hand_off(two) is None
+    assert interpret.hand_off(later) is None

@@ -698,19 +698,30 @@ WITH inst AS (
     WHERE t.instance_id = inst.id AND t.slot = %(retry)s AND t.lease_owner = %(worker)s
     RETURNING t.id
 ), added AS (
-    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt)
+    -- With %(token)s (dag_apply_take: one task, due now), the task is leased to the
+    -- committing worker as dag_claim leases it, its try counted; the decision's last
+    -- event is its NODE_STARTED.
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
+                          lease_owner, lease_token, in_flight)
     SELECT inst.id, d.node, d.node, 'dag', inst.type, inst.priority,
-           now() + d.delay * interval '1 second', d.attempt
+           now() + CASE WHEN %(token)s::text IS NULL THEN d.delay ELSE %(lease)s END
+                   * interval '1 second',
+           d.attempt + (%(token)s::text IS NOT NULL)::int,
+           CASE WHEN %(token)s::text IS NOT NULL THEN %(worker)s END, %(token)s,
+           %(token)s::text IS NOT NULL
     FROM inst, jsonb_to_recordset(%(dispatch)s::jsonb) AS d (node text, delay float8, attempt int)
-    RETURNING id, due_at > now() AS later
+    RETURNING *
 )
 -- Notify only when somebody else has work (see apply_finish): more than one node task
 -- added, a delayed one or a rescheduled one (timer holders must learn the due time). A
--- single task due now is left to the committing worker, which claims next anyway.
+-- single task due now is left to the committing worker, which claims next anyway (or
+-- was handed it: `taken`).
 SELECT version,
-       CASE WHEN (SELECT count(*) FROM added) > 1 OR EXISTS (SELECT 1 FROM added WHERE later)
+       CASE WHEN (SELECT count(*) FROM added) > 1
+                 OR EXISTS (SELECT 1 FROM added WHERE due_at > now() AND lease_token IS NULL)
                  OR EXISTS (SELECT 1 FROM retried)
-            THEN pg_notify(%(channel)s, type) END AS notified
+            THEN pg_notify(%(channel)s, type) END AS notified,
+       (SELECT to_jsonb(a) FROM added a WHERE a.lease_token IS NOT NULL) AS taken
 FROM inst;
 
 -- name: dag_save

@@ -550,12 +550,24 @@ DELETE FROM wf_tasks WHERE instance_id = :id AND (:finish OR slot = :done);
 UPDATE wf_tasks
 SET due_at = :now + :retry_delay, failures = :retry_failures, in_flight = 0, lease_owner = NULL
 WHERE instance_id = :id AND slot = :retry AND lease_owner = :worker;
+-- With :token (dag_apply_take: one task, due now), the task is leased to the committing
+-- worker as dag_claim leases it, its try counted; the decision's last event is its
+-- NODE_STARTED.
 INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
-                      created_at)
+                      created_at, lease_owner, lease_token, in_flight)
 SELECT i.id, d.value ->> '$.node', d.value ->> '$.node', 'dag', i.type, i.priority,
-       :now + (d.value ->> '$.delay'), d.value ->> '$.attempt', :now
+       :now + CASE WHEN :token IS NULL THEN d.value ->> '$.delay' ELSE :lease END,
+       (d.value ->> '$.attempt') + (:token IS NOT NULL), :now,
+       CASE WHEN :token IS NOT NULL THEN :worker END, :token, :token IS NOT NULL
 FROM wf_instances i, json_each(:dispatch) d WHERE i.id = :id ORDER BY d.key;
-SELECT :version + 1 AS version;
+SELECT :version + 1 AS version,
+       (SELECT json_object('id', t.id, 'instance_id', t.instance_id, 'slot', t.slot,
+                           'node', t.node, 'kind', t.kind, 'type', t.type,
+                           'priority', t.priority, 'due_at', t.due_at, 'attempt', t.attempt,
+                           'in_flight', t.in_flight, 'failures', t.failures,
+                           'lease_owner', t.lease_owner, 'lease_token', t.lease_token)
+        FROM wf_tasks t WHERE :token IS NOT NULL AND t.instance_id = :id
+                              AND t.lease_token = :token) AS taken;
 
 -- name: dag_save
 INSERT INTO wf_dag_definitions (name, version, definition, created_at)

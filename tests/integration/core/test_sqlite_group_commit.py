@@ -97,9 +97,11 @@ def test_queued_writes_share_one_commit_and_a_failed_one_is_undone_alone(
     assert len(seen) == 1  # three writes, one COMMIT
 
 
-def test_an_error_that_ends_the_transaction_fails_every_write_of_its_group(
-    store: SQLiteStore,
-) -> None:
+def grouped(
+    store: SQLiteStore, second: Callable[[sqlite3.Connection], None]
+) -> tuple[list[BaseException], list[BaseException]]:
+    """A first write (row 1) that holds its group open until a second write queues behind
+    it, and that second write (``second`` runs inside it); the errors each one raised."""
     first_inside = threading.Event()
 
     def first() -> None:
@@ -108,16 +110,28 @@ def test_an_error_that_ends_the_transaction_fails_every_write_of_its_group(
             first_inside.set()
             queued(store, 1)
 
-    def ending() -> None:
+    def then() -> None:
         first_inside.wait(10)
         with store._write() as conn:
-            conn.execute("INSERT INTO t VALUES (2)")
-            conn.execute("ROLLBACK")  # as SQLite does on some errors (full disk, I/O)
-            raise sqlite3.OperationalError("disk I/O error")
+            second(conn)
 
-    (a, a_errors), (b, b_errors) = in_thread(first), in_thread(ending)
+    (a, a_errors), (b, b_errors) = in_thread(first), in_thread(then)
     a.join(20)
     b.join(20)
+    assert not a.is_alive(), "the first write of the group never returned"
+    assert not b.is_alive(), "the second write never returned"
+    return a_errors, b_errors
+
+
+def test_an_error_that_ends_the_transaction_fails_every_write_of_its_group(
+    store: SQLiteStore,
+) -> None:
+    def ending(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (2)")
+        conn.execute("ROLLBACK")  # as SQLite does on some errors (full disk, I/O)
+        raise sqlite3.OperationalError("disk I/O error")
+
+    a_errors, b_errors = grouped(store, ending)
     assert [type(e) for e in b_errors] == [StoreError]  # its own error, translated
     assert [type(e) for e in a_errors] == [StoreError]
     assert "nothing of this write was committed" in str(a_errors[0])
@@ -139,24 +153,10 @@ def test_a_write_alone_commits_at_once(store: SQLiteStore) -> None:
 def test_a_connection_closed_under_a_group_releases_its_writers_with_an_error(
     store: SQLiteStore,
 ) -> None:
-    first_inside = threading.Event()
+    def closing(conn: sqlite3.Connection) -> None:
+        conn.close()  # as a close() of the store racing its writers would
 
-    def first() -> None:
-        with store._write() as conn:
-            conn.execute("INSERT INTO t VALUES (1)")
-            first_inside.set()
-            queued(store, 1)
-
-    def closing() -> None:
-        first_inside.wait(10)
-        with store._write() as conn:
-            conn.close()  # as a close() of the store racing its writers would
-
-    (a, a_errors), (b, b_errors) = in_thread(first), in_thread(closing)
-    a.join(20)
-    b.join(20)
-    assert not a.is_alive(), "the waiting writer of the group never returned"
-    assert not b.is_alive(), "the closing writer never returned"
+    a_errors, b_errors = grouped(store, closing)
     assert [type(e) for e in a_errors] == [StoreError]
     assert [type(e) for e in b_errors] == [StoreError]
     assert rows(store) == []
