@@ -10,8 +10,8 @@ try). Then:
    run together with what follows from it: the ``NODE_DISPATCHED`` of the successors
    that became ready and are not dispatched yet, their tasks, this node's task deleted
    and the version bumped (or the instance completed when an end node finished). The
-   decision is made on the read the node ran on, so a node in a chain costs its claim,
-   one read and this commit. A loser of the CAS re-reads the log's tail and decides
+   decision is made on the read the node ran on, so a node costs its claim (or none:
+   step 3), one read and this commit. A loser of the CAS re-reads the log's tail and decides
    again; a duplicate delivery finds the result already there (in the view, or through
    the log's unique index, which fails the whole commit) and writes nothing.
 3. A commit that dispatches exactly one node, due now, hands it to this worker (with a
@@ -261,8 +261,8 @@ class DagExecutor:
 
         Returns False (and writes nothing) when the result was already recorded (a
         duplicate delivery: the log's unique index, or the view, says so) or the
-        instance has ended. ``snap``: the read the node ran on, tried first (a chain
-        node then costs its claim, one read and this commit) unless this runner has
+        instance has ended. ``snap``: the read the node ran on, tried first (a node then
+        costs its claim or hand-off, one read and this commit) unless this runner has
         committed to the instance since (``seen``: its commit count at that read).
         ``taken``: where the claim of a node this commit hands to this worker goes (see
         the module's step 3); None: no hand-off.
