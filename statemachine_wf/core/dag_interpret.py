@@ -347,17 +347,26 @@ def node_finished(
     return replace(decision, events=(event, *decision.events))
 
 
+def handed_task(decision: DagDecision) -> NodeTask | None:
+    """The node task ``decision`` may hand to the worker that commits it (see
+    :func:`hand_off`): its one dispatch, due now, in a commit that neither ends the
+    instance nor retries a node; None otherwise."""
+    if decision.finish or decision.status is not None or decision.retry is not None:
+        return None
+    if len(decision.dispatch) != 1 or decision.dispatch[0].delay > 0:
+        return None
+    return decision.dispatch[0]
+
+
 def hand_off(decision: DagDecision) -> DagDecision | None:
     """``decision`` handing its next node straight to the worker that commits it, or None
     when it cannot: only a commit whose one dispatch is due now, that neither ends the
     instance nor retries a node. The decision then ends with that node's NODE_STARTED (a
     claim's intent: the next try), after the dispatch; the store leases its task to the
     committing worker in the same commit (``dag_apply_take``), so it needs no claim."""
-    if decision.finish or decision.status is not None or decision.retry is not None:
+    task = handed_task(decision)
+    if task is None:
         return None
-    if len(decision.dispatch) != 1 or decision.dispatch[0].delay > 0:
-        return None
-    task = decision.dispatch[0]
     started = NewEvent(Ev.NODE_STARTED, task.node, task.attempt + 1, {"failures": 0})
     return replace(decision, events=(*decision.events, started))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, assert_never
 
+from ..core.dag_interpret import handed_task
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
 from ..core.store import Claim, Commit, DagCommit, NewDagInstance, TaskRecord
 from ..errors import ConcurrencyConflict, StoreError
@@ -140,8 +141,7 @@ class SqlStore(SqlReads):
         # The dispatched task is inserted leased (the claim's columns, its attempt counted)
         # and the decision carries its NODE_STARTED: what dag_claim would have written,
         # in the commit that dispatched it, for the worker that is free to run it now.
-        d = commit.decision
-        if len(d.dispatch) != 1 or d.dispatch[0].delay > 0 or d.retry or d.finish:
+        if handed_task(commit.decision) is None:
             raise ValueError("dag_apply_take hands off exactly one node task due now")
         params = dag_apply_params(commit, self._encode)
         params.update(token=new_lease_token(incarnation), lease=lease)
