@@ -52,6 +52,8 @@ def until_committed(attempt: Callable[[int], T], *, gave_up: Callable[[], Except
         try:
             return attempt(n)
         except ConcurrencyConflict:
+            # No back-off: the loss means the winner has already committed, so the next
+            # read sees its decision at once and there is nothing to wait for.
             continue
     raise gave_up()
 
@@ -213,7 +215,12 @@ def operate(
         if record.kind == "dag":
             raise InvalidState(f"instance {instance_id} is a DAG instance: not supported")
         task = once_more(lambda: store.task(instance_id))  # a read
+        # A leased task means a runner may be inside the step right now: only it knows
+        # where the step stands, so a cancel asks it rather than ending the step under it.
         leased = task is not None and task.leased
+        # The in-flight mark lives on the task, not the row: carried into the projection
+        # so that a resumed or retried step still in doubt stays in doubt (its reconcile
+        # hook is asked before it runs again).
         state = record.projection(in_flight=task is not None and task.in_flight)
         decision = make(record, state, leased)
         if not decision.events:
@@ -267,6 +274,9 @@ def _cancel_dag(store: Store, instance_id: str) -> InstanceRecord:
         store.dag_apply(DagCommit(instance_id, record.version, decision, None))
 
     until_committed(attempt, gave_up=lambda: ConcurrencyConflict(instance_id, -1))
+    # The children only once the parent is CANCELLED: a child created before that commit
+    # is in this list, and one created after it is cancelled by the handler that started
+    # it, which sees the cancel when it parks (DagExecutor._park).
     for child in store.children(instance_id):
         cancel_unless_ended(store, child.id)
     return get(store, instance_id)
