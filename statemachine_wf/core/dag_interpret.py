@@ -153,6 +153,10 @@ class LogView:
             },
             variables=list(self.variables),
         )
+        # The commit's real seq is not known yet, but only the order of seqs matters to the
+        # barrier (fired, scope_start), and any seq above the view's orders the event after
+        # everything folded so far, as the commit will. The copy is for this decision only:
+        # cached, its made-up seq would make extend() skip the real events at or below it.
         copy.last_seq = self.last_seq + 1
         copy._add(event, copy.last_seq)
         return copy
@@ -173,11 +177,14 @@ class LogView:
                     float(p.get("delay") or 0.0),
                 )
             )
+            # In log order: context() lets a later completion win for the same variable.
             self.variables.append((str(p.get("var") or node), p.get("output")))
         elif e.event_type == Ev.NODE_DISPATCHED:
             self.dispatches.setdefault(node, []).append(
                 Dispatched(seq, e.attempt or 0, str(e.payload.get("via", "entry")))
             )
+        # Only a delay node's NODE_WAITING carries "until"; a parked sub_workflow node's
+        # names its child instead and is no timer.
         elif e.event_type == Ev.NODE_WAITING and "until" in e.payload:
             p = e.payload
             self.timers[(node, int(p.get("run") or 0))] = Timer(
@@ -245,9 +252,13 @@ def _since(graph: Graph, view: LogView, edge: Edge) -> int:
     around_source = set(_loops_holding(graph, edge.source))
     if graph.nodes[edge.source].type == "loop":
         around_source.add(edge.source)  # a loop's own edges into its body
+    # The innermost loop holding both ends: a firing from an earlier iteration of it is
+    # last round's and must not open this round's join.
     for loop in _loops_holding(graph, edge.target):
         if loop in around_source:
             return view.scope_start(loop)
+    # No loop in common: the source ran outside the target's loop (before it, say), so
+    # its one firing counts for every iteration.
     return 0
 
 
@@ -367,6 +378,8 @@ def hand_off(decision: DagDecision) -> DagDecision | None:
     task = handed_task(decision)
     if task is None:
         return None
+    # What dag_claim would write for the task: its try is the attempt dag_tail gives the
+    # leased row (attempt + 1), and a task just inserted has no failures yet.
     started = NewEvent(Ev.NODE_STARTED, task.node, task.attempt + 1, {"failures": 0})
     return replace(decision, events=(*decision.events, started))
 
@@ -394,6 +407,8 @@ def completed(
         raise RuntimeError(f"{node} run {run} has no NODE_COMPLETED")
     events: list[NewEvent] = []
     tasks: list[NodeTask] = []
+    # Each target once: ready() reads the view, which does not hold this decision's own
+    # NODE_DISPATCHED, so a target reached by two edges would be dispatched twice.
     for target in dict.fromkeys(graph.targets(node, comp.handle)):
         via = ready(graph, view, target)
         if via is None:
@@ -401,7 +416,11 @@ def completed(
         events.append(
             NewEvent(Ev.NODE_DISPATCHED, target, view.run(target) + 1, {"via": via, "from": node})
         )
+        # The task starts from the node's tries over all its runs, not from 0: its next
+        # NODE_STARTED is then a try number the log's unique index has not seen (a loop
+        # body's second run would otherwise repeat the first run's try 1).
         tasks.append(NodeTask(target, comp.delay, view.tries.get(target, 0)))
+    # What is open once this commit lands: this node's task goes, the dispatched ones come.
     remaining = (set(open_slots) - {node}) | {t.node for t in tasks}
     if remaining:
         # Still draining: an end node that completed early (through an ``any`` join)
@@ -483,6 +502,8 @@ def failed(
         )
     message = error.get("message", "")
     dead_letter = None
+    # A dead letter only when retries ran out: a failure that was never retried (a Fail,
+    # bad config) is an outcome, not poison, as a state machine's Fail is.
     if failures > 1:
         message = f"retries exhausted after {failures} failures: {message}"
         dead_letter = f"node {node!r}: {message}"

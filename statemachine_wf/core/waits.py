@@ -86,6 +86,9 @@ class SignalRecord:
 
 def reserve(state: Projection, step: str, attempt: int, key: str, token: str) -> Decision:
     """``ctx.wait_token``: record the token of the wait ``key`` before it is handed out."""
+    # Written ahead of the wait: if the process dies between handing the token out and
+    # committing the wait, the step's next run reuses it, so the reply it brings is not
+    # dropped as stale.
     event = NewEvent(Ev.WAIT_TOKEN, step, attempt, {"wait": key, "token": token})
     return Decision((event,), apply_all(state, [event]), KeepTask())
 
@@ -101,6 +104,8 @@ def park(state: Projection, step: str, attempt: int, exc: Parked, failures: int)
     if exc.name is not None:
         payload["name"] = exc.name
     event = NewEvent(Ev.STEP_WAITING, step, attempt, payload)
+    # The timer carries the wait's token: once the wait is over it is stale like any old
+    # row, so it is never deleted, only dropped as stale when it is next read.
     timer = None if exc.until is None else Timer(exc.token, exc.until)
     return Decision(
         (event,),
@@ -163,7 +168,11 @@ def deliver(
         dead.append((sig.envelope(), reason))
         event(Ev.SIGNAL_REJECTED, {"signal": sig.id, "name": sig.name, "reason": reason})
 
+    # Oldest due first, ties in insertion order: when a timer and a reply are both due,
+    # whichever fell due first decides the wait, whatever order the rows came in.
     for sig in sorted(signals, key=lambda s: (s.due_at, s.id)):
+        # Once a row has resolved the wait (open_wait None), every later tokened row is
+        # stale and a valid untokened one stays buffered for a wait still to come.
         token = None if open_wait is None else open_wait.get("token")
         if sig.kind == "timer":
             if open_wait is not None and sig.token == token:
@@ -210,6 +219,9 @@ def deliver(
     if open_wait is None:  # resolved: run the step again
         moved = decide.moved_on(state, events, step, hold=hold)
         return replace(moved, signals=writes)
+    # Parked again with the wait's own deadline and name, which the park statement needs:
+    # the task is due at the deadline, or sooner when a pending row this commit leaves
+    # (a delayed reply, say) that may concern the wait falls due.
     name = wait.get("name") if wait.get("kind") == "signal" else None
     parked = Park(step, wait.get("until"), name)
     return Decision(tuple(events), apply_all(state, events), parked, writes)
