@@ -162,7 +162,8 @@ class DagExecutor:
         taken: list[Claim] = []
         if timer is not None:
             # A delay node's run whose timer was set: it completes once its time has come
-            # (its task was due then), with what it computed when the timer was set.
+            # (its task was due then), with what it computed when the timer was set. Due
+            # sooner by this clock (clocks differ, a woken task): the same timer again.
             if time.time() < timer.until:
                 self._wait(claim, run, timer.seconds, timer.until, timer.output)
             else:

@@ -331,6 +331,8 @@ async def _invoke(call: NodeCall, reg: Registered, args: Any, timeout: float | N
             # A sync function runs in a thread so the timeout can give up on it; the
             # thread itself cannot be killed and finishes in the background.
             loop = asyncio.get_running_loop()
+            # In a copy of this context: a pool thread does not inherit context variables,
+            # and the function's node_context() reads the one set just above.
             run = contextvars.copy_context().run
             coro = loop.run_in_executor(call.pool, functools.partial(run, reg.fn, **args))
         deadline = asyncio.timeout(limit)
@@ -465,6 +467,8 @@ async def _sub_workflow(call: NodeCall) -> NodeResult:
     child_input = data.model_dump(mode="json")
     # The limit Client.start enforces; PayloadTooLarge is bad input: not retried.
     check_payload(f"sub-workflow {spec.workflow_type} input", child_input)
+    # Keyed by the node's run, not its try: a retry, a duplicate delivery or a takeover
+    # of this run finds the child its first try started (the fresh id then goes unused).
     child_id, _ = call.store.create(
         NewInstance(
             id=new_instance_id(),
@@ -482,6 +486,7 @@ async def _sub_workflow(call: NodeCall) -> NodeResult:
     if child.status == Status.COMPLETED:
         return NodeResult(dict(child.progress))
     if child.status in (Status.FAILED, Status.CANCELLED):
+        # A Fail, never retried: another try of this run would find this same ended child.
         why = (child.error or {}).get("message", "")
         raise Fail(
             f"sub-workflow {spec.workflow_type} {child_id} ended {child.status}"

@@ -296,6 +296,8 @@ class Observer:
         m = self.metrics
         if m is not None:
             m.started.labels(record.type, step).inc()
+            # ``attempts`` counts every step's attempts so far, this one included: a sum of
+            # one is the run's first attempt, not merely a later step's first.
             if attempt == 1 and sum(attempts.values()) <= 1:
                 m.first_step.labels(record.type).observe(max(0.0, time.time() - record.created_at))
         token = _current.set(a)
