@@ -82,6 +82,9 @@ class LiveHub:
     def subscribe(self, instance_id: str, loop: asyncio.AbstractEventLoop) -> Subscription:
         """Register a watcher; blocks until notifications for it are being listened for."""
         sub = Subscription(self, instance_id, loop)
+        # Counted before the source starts: a publish that comes while start() or
+        # register() runs already finds this subscription, and a last subscriber leaving
+        # meanwhile sees a count above zero and leaves the source running.
         with self._lock:
             self._subs.setdefault(instance_id, set()).add(sub)
             self._count += 1
@@ -111,6 +114,9 @@ class LiveHub:
             if not subs:
                 del self._subs[sub.instance_id]
             self._count -= 1
+        # Stopped only if the count is still zero under the source lock, which start()
+        # takes too: a subscriber that came in meanwhile either keeps the source running
+        # or starts it afresh after this stop, never finds it stopped under it.
         if self._stop is not None:
             with self._source_lock:
                 if self._count == 0:
@@ -119,6 +125,8 @@ class LiveHub:
 
     def publish(self, instance_id: str, seq: int | None = None) -> None:
         """The log of ``instance_id`` grew (up to ``seq``, when known)."""
+        # Read without the lock: a zero that is stale only misses a subscriber whose first
+        # read of the log is still to come, and that read sees this commit.
         if not self._count:
             return
         with self._lock:

@@ -40,6 +40,8 @@ class SqlReads(SqlBase):
         or not an id) gives an empty page.
         """
         if ident is not None:
+            # Text that cannot be an id (PostgreSQL: not a uuid) is looked up as a key
+            # only: compared with the uuid column it would fail the whole statement.
             may = self._may_exist(ident)
             found = self._read_all(
                 "find_instances",

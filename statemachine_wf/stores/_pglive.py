@@ -31,6 +31,9 @@ _MAX_IDENT = 63
 def live_channel(schema: str) -> str:
     """The channel migration 008's trigger notifies on (computed the same way there)."""
     channel = f"swf_live_{schema}"
+    # A channel name is an identifier of at most 63 bytes: LISTEN would cut a longer one
+    # and pg_notify refuse it, so a long schema's channel is an md5 of it, chosen exactly
+    # as migration 008's trigger chooses it (a schema longer than 54 characters).
     if len(channel) > _MAX_IDENT:
         channel = "swf_live_" + hashlib.md5(schema.encode()).hexdigest()
     return channel
@@ -73,6 +76,9 @@ class LiveListener:
     def start(self) -> None:
         """Listen (if not already); return once LISTEN is in place."""
         alive = self._thread is not None and self._thread.is_alive()
+        # A thread told to stop may live on for up to a second (it looks at `stopping`
+        # between waits for notifications): no subscriber may count on it, so a fresh
+        # thread and connection start beside it.
         if alive and self._stopping is not None and not self._stopping.is_set():
             return
         stopping, ready = threading.Event(), threading.Event()
@@ -97,6 +103,8 @@ class LiveListener:
             try:
                 with psycopg.connect(self.url, autocommit=True) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+                    # Ready once LISTEN is in place, before the sweep: from here on every
+                    # commit is announced, which is all a subscriber waits for.
                     ready.set()
                     self._sweep()
                     if listened:

@@ -7,6 +7,8 @@ import sqlite3
 from functools import cache
 from importlib import resources
 
+# A section starts only at a line that is nothing but ``-- name: <word>``; any other
+# comment line stays in its query's text (split_statements drops it for SQLite).
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 

@@ -75,6 +75,8 @@ class PostgresStore(PgConnections):
             "channel": self.channel,
         }
         rows = self._all(Q["create_many"], params)
+        # Every clash is raised before any fallback below: a create() there writes, and a
+        # refused batch must not have started part of itself that way.
         for row, new in zip(rows, news, strict=True):
             if row["clash"] and new.idempotency_key is not None:  # a clash needs a key
                 raise key_clash(new.idempotency_key, str(row["id"]), row["existing_type"], new.type)
