@@ -99,6 +99,7 @@ class DagClient:
         """
         if isinstance(definition, str):
             saved_version, checked = self.definition(definition, version)
+            # Saved under whatever registry the saver had, if any: checked against ours.
             if self.registry is not None:
                 self.registry.check_definition(checked)
         else:
@@ -178,6 +179,8 @@ class DagClient:
                 trace_context=trace_context(),
             )
         )
+        # A known key inserted nothing, and it may be a state machine's key: never
+        # return that instance as this DAG's run.
         if not created_now:
             existing = self.get(new_id, include_deleted=True)
             if existing.kind != "dag":

@@ -93,6 +93,9 @@ def redrive(client: Producer, letter_id: int, *, by: str) -> Redrive:
         action = "started"
     else:
         action = _retry_instance(client, str(instance_id))
+    # Marked after the action, not before: a crash in between leaves the letter
+    # unmarked, and redriving it again is harmless (the same key finds the run, an
+    # instance the first redrive moved on is left alone); marked first, it could be lost.
     store.mark_redriven(letter_id, instance_id=instance_id, by=by)
     return Redrive(letter_id, instance_id, action)
 
@@ -101,6 +104,8 @@ def _start_envelope(client: Producer, letter_id: int, envelope: dict[str, Any]) 
     type_name = envelope.get("type")
     if not isinstance(type_name, str) or "input" not in envelope:
         raise InputError(f"dead letter {letter_id} has no start envelope (type and input)")
+    # A key of the letter's own when the envelope has none: a second redrive of an
+    # unmarked letter (see redrive) finds the run the first one started.
     key = envelope.get("idempotency_key") or f"swf:redrive:{letter_id}"
     priority = int(envelope.get("priority") or 100)
     if type_name in client.classes:

@@ -126,14 +126,22 @@ async def watch(
         record = await asyncio.to_thread(store.get, instance_id)
         if record is None:
             raise NotFound(f"no workflow instance {instance_id!r}")
+        # From seq 0 whatever after_seq says: an update's status is the fold of every
+        # event before it, so the replayed ones are read and folded, only not yielded.
         kind, status, last = record.kind, Status.PENDING, 0
         while True:
+            # Cleared before the read, not after: a commit announced while the read runs
+            # leaves the event set, and the next wait returns at once to read it.
             sub.event.clear()
             events = await asyncio.to_thread(store.events, instance_id, after_seq=last)
+            # Asked only when nothing came: a deleted instance reads as an empty tail,
+            # and a read per wake-up would be one too many while events flow.
             if not events and await asyncio.to_thread(store.get, instance_id) is None:
                 raise NotFound(f"workflow instance {instance_id!r} was deleted")
             for event in events:
                 status = status_after(status, event, kind=kind)
+                # Noted on the subscription too: the late notification of a commit this
+                # read already returned is then skipped, not read again.
                 last = sub.seen = event.seq
                 if event.seq > after_seq:
                     yield Update(event, status)

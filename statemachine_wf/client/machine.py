@@ -143,6 +143,8 @@ class Client:
         except ValidationError as exc:
             raise invalid_input("input", model, exc) from exc
         payload = data.model_dump(mode="json")
+        # Again on what will be stored: the model's dump (defaults, validators,
+        # serializers) need not be what the caller passed.
         check_value("input", payload)
         check_payload("input", payload)
         new = _new_instance(spec, payload, idempotency_key, priority, delay, run_at, instance_id)
@@ -349,6 +351,8 @@ class Client:
         except (TypeError, ValueError, RecursionError) as exc:
             raise InputError(f"signal payload is not JSON: {exc}") from None
         check_payload(f"signal {name!r} payload", payload)
+        # The insert's trigger refuses an ended instance too, as it must (the instance may
+        # end after this read); the read is for the type's signal names and a plain error.
         record = self.get(instance_id)
         if record.status.terminal:
             raise InvalidState(
@@ -361,6 +365,8 @@ class Client:
                 raise InputError(
                     f"{record.type} has no signal {name!r}; it accepts {sorted(accepted)}"
                 )
+        # Not once_more: after a lost connection the insert may have committed, and a
+        # second row is a second delivery (an untokened one could resolve a later wait).
         return self.store.signal(NewSignal(instance_id, name, payload, token, delay))
 
     def signal_counts(self, instance_id: str | None = None) -> dict[str, int]:

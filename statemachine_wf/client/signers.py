@@ -133,6 +133,8 @@ def sent_transactions(progress: Mapping[str, Any]) -> tuple[SentTx, ...]:
             tx_hash = str(value["tx_hash"])
             resent[tx_hash] = max(resent.get(tx_hash, 0.0), float(value["at"]))
     out = []
+    # By N, the signing order: the key order of a progress object is the store's own
+    # (jsonb sorts its keys), which promises nothing about it.
     for _, value in sorted(records, key=lambda pair: pair[0]):
         tx_hash = str(value["tx_hash"])
         signed_at = float(value.get("signed_at") or 0.0)
@@ -163,6 +165,7 @@ def signer_queues(
         chain_id: Only this chain's signers (default: every chain).
         now: The time ages are counted from (default: this machine's clock).
     """
+    # With its closing ':', so chain 1 does not also list chain 10's signers.
     prefix = SLOT_PREFIX if chain_id is None else f"{SLOT_PREFIX}{chain_id}:"
     at = time.time() if now is None else now
     out = []
