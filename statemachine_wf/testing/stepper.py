@@ -57,7 +57,8 @@ OutcomeSource = Callable[[str, int], Outcome]
 
 
 class Crash(BaseException):
-    # that neither the runner's nor an action's ``except Exception`` can swallow it.
+    # A BaseException, so that neither the runner's nor an action's ``except Exception``
+    # can swallow it.
     """A simulated SIGKILL: the process dies here, the store keeps what it committed."""
 
 
@@ -429,8 +430,12 @@ class Stepper:
             return
         key = (result.step, result.attempt)
         ran = self.ran.get(key)
+        # Nothing lost when the action never ran, or when its outcome committed before the
+        # crash (after_outcome): the log then holds what the action did.
         if ran is None or not _runs(ran) or result.crashed in ("after_outcome", None):
             return
+        # The saves that committed before the crash: the ghost replays up to there, so its
+        # effects on the world match what the lost attempt did.
         saves = sum(
             1
             for e in self.store.events(self.instance_id or "")
