@@ -314,6 +314,11 @@ WITH held AS (
     LIMIT %(limit)s
     FOR UPDATE OF t SKIP LOCKED
 ), prev AS (
+    -- `fast`: the step starts in this commit (decide.start's rule, as in
+    -- _common.fast_start_allowed) unless the task is a DAG's, a run started from SQL
+    -- (node '': the runner resolves its first step), in doubt (in_flight: the reconcile
+    -- hook comes first), the instance has a cancel pending, has ended, or waits (a wait
+    -- is resumed by the deliver commit of its signals, never started here).
     SELECT t.id AS task_id, t.node, i.id AS instance_id, i.version,
            coalesce((i.attempts ->> t.node)::int, 0) + 1 AS next_attempt,
            (i.kind = 'machine' AND NOT t.in_flight AND NOT i.cancel_requested
@@ -324,6 +329,10 @@ WITH held AS (
     JOIN wf_instances i ON i.id = t.instance_id
 ), bumped AS (
     -- Claim and intent in one commit: the version bump fences out any earlier holder.
+    -- `i.version = p.version`: a commit that moved the version after `prev` read it (an
+    -- operator's cancel, a signal) wins. Nothing is started on the stale read: the row
+    -- is not returned, the task is leased all the same (`claimed` joins `bumped` LEFT),
+    -- and the store bumps and reads the instance afresh (SqlStore._claim_afresh).
     UPDATE wf_instances i
     SET version = i.version + 1,
         status = CASE WHEN p.fast THEN 'RUNNING' ELSE i.status END,
@@ -688,6 +697,9 @@ WITH inst AS (
 -- The node tasks: the finished node's task or every task, the retried node's task (only
 -- while this worker still holds it: the lease fencing) and the dispatched node tasks.
 , gone AS (
+    -- The settled node's task goes whoever holds it now (unlike `retried`): its run's
+    -- result is in the log once, and a later holder of that run finds the task gone
+    -- and writes nothing.
     DELETE FROM wf_tasks t USING inst
     WHERE t.instance_id = inst.id AND (%(finish)s OR t.slot = %(done)s)
 ), retried AS (
@@ -698,6 +710,9 @@ WITH inst AS (
     WHERE t.instance_id = inst.id AND t.slot = %(retry)s AND t.lease_owner = %(worker)s
     RETURNING t.id
 ), added AS (
+    -- No ON CONFLICT: a dispatched node whose task is still open fails the statement on
+    -- the (instance_id, slot) key, which the store reports as a lost CAS, so the decision
+    -- is made again on a fresh read.
     -- With %(token)s (dag_apply_take: one task, due now), the task is leased to the
     -- committing worker as dag_claim leases it, its try counted; the decision's last
     -- event is its NODE_STARTED.

@@ -213,6 +213,8 @@ FROM (SELECT t.id AS task_id, t.instance_id, t.node, i.attempts,
                                       ORDER BY t2.priority, t2.due_at LIMIT :limit))
                      GROUP BY id ORDER BY min(rank), min(priority), min(due_at)
                      LIMIT :limit));
+-- No version check, unlike PostgreSQL's `bumped`: under the writer lock (BEGIN
+-- IMMEDIATE) nothing commits between the pick above and this update.
 UPDATE wf_instances AS i
 SET version = i.version + 1, updated_at = :now,
     status = CASE WHEN c.fast THEN 'RUNNING' ELSE i.status END,
