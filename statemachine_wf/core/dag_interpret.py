@@ -177,7 +177,6 @@ class LogView:
                     float(p.get("delay") or 0.0),
                 )
             )
-            # In log order: context() lets a later completion win for the same variable.
             self.variables.append((str(p.get("var") or node), p.get("output")))
         elif e.event_type == Ev.NODE_DISPATCHED:
             self.dispatches.setdefault(node, []).append(
@@ -420,7 +419,6 @@ def completed(
         # NODE_STARTED is then a try number the log's unique index has not seen (a loop
         # body's second run would otherwise repeat the first run's try 1).
         tasks.append(NodeTask(target, comp.delay, view.tries.get(target, 0)))
-    # What is open once this commit lands: this node's task goes, the dispatched ones come.
     remaining = (set(open_slots) - {node}) | {t.node for t in tasks}
     if remaining:
         # Still draining: an end node that completed early (through an ``any`` join)
