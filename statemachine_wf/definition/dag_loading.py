@@ -26,6 +26,7 @@ def parse(data: str | bytes | Mapping[str, Any] | DagDefinition) -> DagDefinitio
     Raises:
         DefinitionError: every size and structural problem found.
     """
+    # Already a model, fields checked when it was built: only its size is left to check.
     if isinstance(data, DagDefinition):
         check_size(data)
         return data
@@ -36,6 +37,8 @@ def parse(data: str | bytes | Mapping[str, Any] | DagDefinition) -> DagDefinitio
     try:
         raw = json.loads(data) if isinstance(data, str | bytes) else dict(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        # from None: the decoder's traceback adds nothing to the one-line problem, and a
+        # RecursionError from a deeply nested text must not look like a crash.
         raise DefinitionError("DAG", [f"not JSON: {exc}"]) from None
     # Cut to the model's 200-character limit: it labels errors raised before any check.
     name = str(raw.get("name", "DAG"))[:200] if isinstance(raw, dict) else "DAG"
@@ -79,6 +82,8 @@ def _where(raw: Any, loc: tuple[int | str, ...]) -> str:
     """A pydantic error location, with node indexes shown as node ids where known."""
     parts = []
     cur = raw
+    # Walks the raw input beside pydantic's location, so ``nodes.3.config`` becomes
+    # ``nodes['fetch'].config``: the editor's user knows ids, not list positions.
     for p in loc:
         if isinstance(p, int) and isinstance(cur, list) and p < len(cur):
             item = cur[p]
