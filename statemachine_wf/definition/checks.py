@@ -44,8 +44,8 @@ def check_id(instance_id: Any, name: str = "instance_id") -> str:
     Every Client and DagClient method taking an instance id checks it first, so a
     malformed id is the same error on both stores (never a driver error, never NotFound).
     """
-    # uuid.UUID's forms run from 32 characters (bare hex) to 45 ("urn:uuid:..."): a longer
-    # string is refused without being parsed, and never echoed whole.
+    # uuid.UUID's forms run from 32 characters (bare hex) to 45 ("urn:uuid:..."): any
+    # other length is refused without being parsed.
     if isinstance(instance_id, str) and 32 <= len(instance_id) <= 45:
         try:
             uuid.UUID(instance_id)

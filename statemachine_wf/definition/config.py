@@ -123,7 +123,6 @@ class Config:
                 operator_token=env.get("SWF_OPERATOR_TOKEN") or None,
             )
         except ValueError as exc:
-            # The CLI's main() turns a ValueError from here into "error: ..." and exit 2.
             raise ValueError(f"bad SWF_* setting: {exc}") from exc
 
     @staticmethod

@@ -37,8 +37,6 @@ def parse(data: str | bytes | Mapping[str, Any] | DagDefinition) -> DagDefinitio
     try:
         raw = json.loads(data) if isinstance(data, str | bytes) else dict(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        # from None: the decoder's traceback adds nothing to the one-line problem, and a
-        # RecursionError from a deeply nested text must not look like a crash.
         raise DefinitionError("DAG", [f"not JSON: {exc}"]) from None
     # Cut to the model's 200-character limit: it labels errors raised before any check.
     name = str(raw.get("name", "DAG"))[:200] if isinstance(raw, dict) else "DAG"

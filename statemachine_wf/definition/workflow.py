@@ -355,7 +355,6 @@ def build_spec(cls: type) -> WorkflowSpec:
             signals=frozenset(marker.signals),
         )
 
-    # Reachability needs exactly one initial state; any other count is reported above.
     if len(initials) == 1:
         seen = {initials[0]}
         frontier = [initials[0]]
