@@ -288,9 +288,10 @@ def _parser() -> argparse.ArgumentParser:
 LOG_LEVELS = (logging.WARNING, logging.INFO, logging.DEBUG)
 
 
-# Exit codes: 0 done; 2 refused (a bad argument, setting or input, or any WorkflowError:
-# one "error: ..." line on stderr, no traceback); 1 from verify when rows differ, and from
-# Python itself for an unexpected exception, whose traceback is the report.
+# Exit codes: 0 done; 2 for argparse's usage errors and for every ValueError or
+# WorkflowError (a bad setting or input, a refusal, the store unreachable), printed as one
+# "error: ..." line without a traceback; 1 from verify when rows differ, and from Python
+# itself for an unexpected exception, whose traceback is then the report.
 def main(argv: Sequence[str] | None = None) -> int:
     _cwd_on_path()
     try:
