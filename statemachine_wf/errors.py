@@ -64,6 +64,8 @@ class WorkflowError(Exception):
 
     def __init__(self, message: str | None = None, **attrs: Any) -> None:
         self.message = message or (type(self).__doc__ or type(self).__name__).strip()
+        # Extra keyword arguments become attributes (InputError's path and problem), so a
+        # caller reads the parts without parsing the message.
         for key, value in attrs.items():
             setattr(self, key, value)
         super().__init__(self.message)
@@ -300,6 +302,8 @@ class Snooze(Waiting):
 
     def __init__(self, seconds: float, reason: str = "not done yet") -> None:
         seconds = check_duration("seconds", seconds)
+        # Past Waiting.__init__, which wants a lock: key None is how the runtime tells a
+        # snooze from a lock wait (decide logs it as a snooze; no lock is rechecked).
         StepFailure.__init__(self, reason)
         self.key = None
         self.holder = None
@@ -321,6 +325,8 @@ class Parked(Waiting):
     ) -> None:
         what = f"signal {name!r}" if kind == "signal" else "a timer"
         StepFailure.__init__(self, f"waiting for {what}")
+        # The lock fields are unused: the runner catches Parked before any other Waiting
+        # and wakes the step by its signal or timer, never by a recheck.
         self.key = None
         self.holder = None
         self.recheck = 0.0

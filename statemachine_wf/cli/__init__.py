@@ -267,8 +267,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     pg.add_argument("--json", action="store_true", help="machine-readable output")
     db = command("dashboard", "serve the web dashboard (read-only without an operator token)")
+    # Loopback by default: the read pages need no sign-in and show every instance's input,
+    # progress and errors, so exposing them is a choice made with --host.
     db.add_argument("--host", default="127.0.0.1", help="address to bind")
     db.add_argument("--port", type=int, default=8765, help="port to listen on")
+    # The help text must keep the word "default": _Help then prints no default value,
+    # and the default here is the secret itself.
     db.add_argument(
         "--operator-token",
         default=env.operator_token,
@@ -284,6 +288,10 @@ def _parser() -> argparse.ArgumentParser:
 LOG_LEVELS = (logging.WARNING, logging.INFO, logging.DEBUG)
 
 
+# Exit codes: 0 done; 2 for argparse's usage errors and for every ValueError or
+# WorkflowError (a bad setting or input, a refusal, the store unreachable), printed as one
+# "error: ..." line without a traceback; 1 from verify when rows differ, and from Python
+# itself for an unexpected exception, whose traceback is then the report.
 def main(argv: Sequence[str] | None = None) -> int:
     _cwd_on_path()
     try:
@@ -295,8 +303,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args)
     except BrokenPipeError:  # `... | head`: the reader left; not an error to report
+        # stdout to /dev/null: the interpreter flushes stdout at exit, and that flush would
+        # raise BrokenPipeError again, with a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    # Before ValueError, which pydantic's ValidationError also is: a model mismatch gets
+    # its own prefix.
     except ValidationError as exc:
         print(f"error: invalid input: {exc}", file=sys.stderr)
         return 2
@@ -306,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Modules before the store: a typo in -m fails without touching the database.
     workflows = load_workflows(args.module)
     if workflows:
         log.debug(

@@ -103,6 +103,8 @@ def read_definition(path: str) -> str:
     """The JSON text of ``path`` (``-``: stdin), refused by name when it cannot be read,
     is over ``SWF_MAX_DAG_BYTES`` (read no further than that) or nests too deep."""
     limit = max_dag_bytes()
+    # One byte past the limit is enough to know it is over: a huge file or an endless
+    # stdin is never read whole into memory.
     try:
         if path == "-":
             data = sys.stdin.buffer.read(limit + 1)
@@ -120,6 +122,8 @@ def read_definition(path: str) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path} is not UTF-8 text: {exc}; nothing was written") from exc
+    # Before json.loads sees it: see formatting._json_arg for why a deep text must not
+    # reach Python's recursive decoder.
     if nests_deeper(text, MAX_JSON_DEPTH):
         raise ValueError(
             f"{path} nests deeper than {MAX_JSON_DEPTH} levels (the limit); nothing was written"
@@ -210,6 +214,8 @@ def test_run(dags: DagClient, args: argparse.Namespace) -> None:
     data = _input(args)
     source = args.definition
     definition: DagDefinition | str
+    # A file if there is one; what looks like a path but is missing is reported as a
+    # missing file, not looked up as a saved name ("no saved DAG 'x/y.json'" misleads).
     if source == "-" or Path(source).is_file():
         definition = read_definition(source)
     elif os.sep in source or source.endswith(".json"):

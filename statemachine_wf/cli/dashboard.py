@@ -16,6 +16,8 @@ from ..definition.workflow import Workflow
 def dashboard(
     store: Store, workflows: list[type[Workflow[Any, Any]]], args: argparse.Namespace
 ) -> None:
+    # Imported here, not at the top: the dashboard's packages are an extra, and every
+    # other command must work without them.
     try:
         import uvicorn
 

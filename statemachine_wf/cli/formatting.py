@@ -28,6 +28,8 @@ def _json_arg(flag: str, text: str) -> Any:
         raise ValueError(
             f"{flag} nests deeper than {MAX_JSON_DEPTH} levels (the limit); nothing was written"
         )
+    # Every failure is a ValueError naming the flag: main() prints it as one "error:" line
+    # and exits 2, nothing written (the property test of every data argument expects it).
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

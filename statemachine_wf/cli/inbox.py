@@ -41,6 +41,7 @@ def _signals(client: Client, store: Store, args: argparse.Namespace) -> None:
             ]
         print(json.dumps(out, indent=2))
         return
+    # Tables and lines show only whether a signal has a token, for the reason above.
     if output.tty():
         output.print_table("signals by state", list(counts), [list(counts.values())])
         if args.list:

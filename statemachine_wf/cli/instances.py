@@ -25,6 +25,8 @@ from .formatting import _event_dict, _json_arg, _record_dict, _when
 
 def start(client: Client, args: argparse.Namespace) -> None:
     data = _json_arg("--input", args.input)
+    # Only types loaded with -m: the input is validated against the class's model before
+    # anything is written, which the CLI cannot do for a type it has not imported.
     if args.type not in client.classes:
         raise UnknownWorkflowType(args.type, list(client.classes))
     run_at = None
@@ -133,6 +135,8 @@ def listing(client: Client, args: argparse.Namespace) -> None:
     if args.limit < 0 or args.offset < 0:
         raise ValueError("--limit and --offset must be >= 0")
     status = [Status(s) for s in args.status] if args.status else None
+    # Offset paging, unlike the dashboard's keyset: simple for a script, but instances
+    # started between two calls shift the pages (newest first), so a row can repeat.
     rows = client.list(
         status=status, type_prefix=args.type_prefix, limit=args.limit, offset=args.offset
     )
@@ -164,6 +168,7 @@ def listing(client: Client, args: argparse.Namespace) -> None:
 
 def control(client: Client, cmd: str, args: argparse.Namespace) -> None:
     """``cancel``, ``resume`` or ``retry``: the client method of the same name."""
+    # cmd is one of the three subcommand names main() dispatched on, never user text.
     r = getattr(client, cmd)(args.id)
     if args.json:
         output.print_json(_record_dict(r))
@@ -179,6 +184,8 @@ def control(client: Client, cmd: str, args: argparse.Namespace) -> None:
 
 def verify(client: Client, args: argparse.Namespace) -> int:
     """Compare rows with the fold of their logs; the exit code is 1 if any differs."""
+    # 1, not main()'s 2: a script must tell "rows differ" from "could not check".
+    # Without ids: the newest --limit instances (list's order).
     ids = args.ids or [r.id for r in client.list(limit=args.limit)]
     differ: dict[str, dict[str, tuple[object, object]]] = {}
     with output.progress("verifying", total=len(ids), quiet=args.json) as advance:

@@ -86,6 +86,8 @@ def _cwd_on_path() -> None:
 
 
 def _open(args: argparse.Namespace) -> Store:
+    # --schema defaults to None, not SWF_PG_SCHEMA: open_store then reads the env itself,
+    # and refuses a schema given for SQLite only when one was really given.
     if not args.db.startswith("postgres"):
         return open_store(args.db, schema=args.schema)
     # The pool settings come from SWF_PG_* like everything else; --schema wins over the env.

@@ -71,6 +71,8 @@ def worker(
         dags=dags,
         observer=observer,
     )
+    # --until-idle is for scripts and tests: bounded, so work that never stops being due
+    # ends the command (TimeoutError after an hour) instead of holding it open for ever.
     if args.until_idle:
         runner.run_until_idle(timeout=3600)
     else:

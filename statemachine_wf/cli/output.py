@@ -37,6 +37,8 @@ def console(*, stderr: bool = False) -> Console:
 
 
 def print_json(value: Any) -> None:
+    # default=str: a value JSON has no type for prints as its text, rather than failing
+    # a command whose work is already done.
     print(json.dumps(value, indent=2, default=str))
 
 
@@ -71,6 +73,8 @@ def progress(
     """A function that advances a progress bar by ``n`` (and sets its ``total=`` when
     given); a bar only on a terminal's stderr and not when ``quiet`` (``--json``):
     elsewhere the function does nothing."""
+    # stderr, and only a terminal's: a bar in a pipe or a log file would be noise between
+    # the lines scripts read from stdout.
     if quiet or not sys.stderr.isatty():
         yield lambda n, total=None: None
         return

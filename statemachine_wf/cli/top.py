@@ -41,6 +41,8 @@ def frame(reads: Overview, *, now: float, window: float, bucket: float) -> dict[
     series: dict[str, list[int]] = {"started": [0] * n, "finished": [0] * n}
     for at, what, count in reads.throughput(since=since, bucket=bucket):
         i = int((at - since) // bucket)
+        # The store's buckets start at multiples of ``bucket``, so the first begins before
+        # ``since`` (i = -1): clamped into the first column, not dropped.
         if what in series:
             series[what][min(max(i, 0), n - 1)] += count
     minutes = window / 60

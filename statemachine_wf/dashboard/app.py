@@ -35,6 +35,8 @@ from .security import CSRF_COOKIE, OPERATOR_COOKIE, Guard
 
 PAGE = 50
 WINDOW, BUCKET = 3600.0, 60.0
+# The Client methods a POST may name: the action comes from the URL path, so it is looked
+# up only among these, never as any attribute of the client (delete, purge).
 ACTIONS = ("cancel", "resume", "retry")
 
 
@@ -68,6 +70,8 @@ def create_app(
     reads = overview(store)
     specs = {w.spec().workflow_type: w.spec() for w in workflows}
     folder = resources.files("statemachine_wf.dashboard")
+    # Jinja2Templates autoescapes .html templates: instance data (inputs, errors, names
+    # from DAG definitions) is text on every page, never markup.
     templates = Jinja2Templates(directory=str(folder.joinpath("templates")))
     templates.env.filters["when"] = _when
     templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
@@ -86,11 +90,16 @@ def create_app(
             },
             status_code=status_code,
         )
+        # Set once and then kept, so a form rendered in one tab stays valid after another
+        # tab loads a page. HttpOnly: the value reaches forms through the template, and no
+        # script needs to read it.
         if request.cookies.get(CSRF_COOKIE) != csrf:
             response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict")
         return response
 
     async def refuse(request: Request) -> Response | None:
+        # Starlette caches the parsed form, so the handler reading it again after this
+        # check gets the same fields.
         form = await request.form()
         why = guard.may_change(request, form.get("csrf"))
         if why is None:
@@ -122,6 +131,8 @@ def create_app(
 
     async def instances(request: Request) -> Response:
         q = request.query_params
+        # The query string is anyone's to write: an unknown status is dropped and a bad
+        # time ignores the time filter, rather than answering a 500.
         status = [Status(s) for s in q.getlist("status") if s in {x.value for x in Status}]
         try:
             since, until = _epoch(q.get("since")), _epoch(q.get("until"))
@@ -132,6 +143,7 @@ def create_app(
         after = q.get("after") or None
 
         def page() -> list[InstanceRecord]:
+            # A store without the overview reads: the first page only, by status and type.
             if reads is None:
                 return client.list(status=status or None, type_prefix=prefix, limit=PAGE)
             return reads.page_instances(
@@ -146,6 +158,9 @@ def create_app(
 
         rows = await run_in_threadpool(page)
         more = None
+        # Keyset paging: the next page starts after the last id shown, so rows started
+        # meanwhile never shift a page (OFFSET would show some twice) and a deep page is
+        # one index range. A full page may be the last: then "older" shows an empty one.
         if len(rows) == PAGE:
             kept = [(k, v) for k, v in q.multi_items() if k != "after"]
             more = "/instances?" + urlencode([*kept, ("after", rows[-1].id)])
@@ -157,6 +172,8 @@ def create_app(
         instance_id = request.path_params["id"]
 
         def load() -> tuple[InstanceRecord | None, list[Any]]:
+            # The id comes from the URL: a malformed one is InvalidId (a WorkflowError),
+            # answered as not found like a well-formed id that names nothing.
             try:
                 r = client.get(instance_id)
             except WorkflowError:
@@ -174,6 +191,8 @@ def create_app(
             )
         context: dict[str, Any] = {"r": record, "events": events}
         if record.kind == "dag":
+            # The graph is drawn from the definition stored with the instance (its
+            # WORKFLOW_CREATED event), not the latest saved version: that is what ran.
             head = events[0].payload if events else {}
             definition = head.get("dag") or {}
             statuses = graphs.node_statuses(events)
@@ -202,6 +221,8 @@ def create_app(
         after = int(request.query_params.get("after", "0") or 0)
 
         async def feed() -> AsyncIterator[str]:
+            # The browser reconnects after 2 s if the stream drops; it asks again from the
+            # page's "after", and replaying node statuses in order is harmless.
             yield "retry: 2000\n\n"
             try:
                 async for u in watch(store, instance_id, after_seq=after, resync=resync):
@@ -222,6 +243,7 @@ def create_app(
                 return
             yield "event: end\ndata: {}\n\n"
 
+        # X-Accel-Buffering: nginx would otherwise hold the events back in its buffer.
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return StreamingResponse(feed(), media_type="text/event-stream", headers=headers)
 
@@ -241,6 +263,8 @@ def create_app(
             else:
                 raise ValueError(f"no action {action!r}")
 
+        # A refusal (bad state, bad payload JSON) is a page saying why; 303 after success
+        # turns the POST into a GET, so reloading the page does not repeat the action.
         try:
             await run_in_threadpool(run)
         except (WorkflowError, ValueError) as exc:

@@ -56,6 +56,8 @@ def _layers(
         if a in succ and b in succ:
             succ[a].append(b)
             incoming.add(b)
+    # Without a known entry (a log with no step yet, a definition without a start node),
+    # start from the nodes nothing points at; a graph that is all cycle, from its first.
     roots = [entry] if entry in succ else [n for n in nodes if n not in incoming] or list(nodes[:1])
     depth = {r: 0 for r in roots}
     frontier = list(roots)
@@ -83,6 +85,9 @@ def _draw(
     *,
     title: str,
 ) -> str:
+    # The SVG goes into the page as Markup (not escaped again by the template), so every
+    # string from data is escaped here: node ids, labels and handles are written by a DAG
+    # author, state names by the log.
     columns = _layers(nodes, [(a, b) for a, b, _ in edges], entry)
     pos: dict[str, tuple[int, int]] = {}
     for ci, column in enumerate(columns):
@@ -98,6 +103,8 @@ def _draw(
         'markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z"/></marker></defs>',
     ]
     for a, b, handle in edges:
+        # A stored definition was checked when it started, but the drawing does not rely
+        # on it: an edge to an unknown node is skipped rather than raising.
         if a not in pos or b not in pos:
             continue
         (ax, ay), (bx, by) = pos[a], pos[b]

@@ -33,6 +33,7 @@ class Guard:
     """The operator token (None: read-only) and the checks made with it."""
 
     def __init__(self, operator_token: str | None) -> None:
+        # An empty token means none: "" must never be a secret that an empty form matches.
         self.token = operator_token or None
 
     @property
@@ -43,9 +44,13 @@ class Guard:
         """The operator cookie's value: an HMAC of the token, useless without it."""
         if self.token is None:
             raise PermissionError("the dashboard is read-only")
+        # Derived, not random: no server-side session store, every dashboard process given
+        # the same token accepts the same cookie, and changing the token signs all out.
         return hmac.new(self.token.encode(), b"swf-dashboard-operator", hashlib.sha256).hexdigest()
 
     def token_matches(self, given: str | None) -> bool:
+        # compare_digest: the time taken does not tell a guesser how many leading
+        # characters were right.
         return (
             self.token is not None
             and given is not None
@@ -61,6 +66,8 @@ class Guard:
         cookie = request.cookies.get(OPERATOR_COOKIE)
         return cookie is not None and hmac.compare_digest(cookie, self.session_value())
 
+    # The CSRF value needs no server-side state either: double submit only asks that the
+    # form echo the cookie, which a page of another origin cannot read.
     @staticmethod
     def csrf_value(request: Request) -> str:
         """The browser's CSRF value, or a fresh one (set as a cookie by the response)."""
@@ -72,6 +79,8 @@ class Guard:
         return (
             isinstance(form_value, str)
             and cookie is not None
+            # Not made here if short (token_urlsafe(24) gives 32 characters): an empty
+            # cookie and an empty form field must not count as a match.
             and len(cookie) >= 16
             and hmac.compare_digest(cookie.encode(), form_value.encode())
         )

@@ -44,6 +44,8 @@ def check_id(instance_id: Any, name: str = "instance_id") -> str:
     Every Client and DagClient method taking an instance id checks it first, so a
     malformed id is the same error on both stores (never a driver error, never NotFound).
     """
+    # uuid.UUID's forms run from 32 characters (bare hex) to 45 ("urn:uuid:..."): any
+    # other length is refused without being parsed.
     if isinstance(instance_id, str) and 32 <= len(instance_id) <= 45:
         try:
             uuid.UUID(instance_id)
@@ -51,6 +53,8 @@ def check_id(instance_id: Any, name: str = "instance_id") -> str:
             pass
         else:
             return instance_id
+    # The message quotes a short string (a mistyped id is worth seeing) but only the type
+    # of anything else, so a large or odd value never lands in a log line.
     shown = instance_id if isinstance(instance_id, str) and len(instance_id) <= 60 else None
     if shown is None:
         raise InvalidId(f"{name} must be a UUID, got a {type(instance_id).__name__}")
@@ -58,6 +62,7 @@ def check_id(instance_id: Any, name: str = "instance_id") -> str:
 
 
 def check_priority(priority: Any) -> int:
+    # bool is an int subclass: True would pass as priority 1 without this.
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InputError(f"priority must be a whole number, got {priority!r}")
     if priority < 0:
@@ -72,6 +77,8 @@ def check_delay(delay: Any, name: str = "delay") -> float:
         raise InputError(f"{name} must be a number of seconds, got {delay!r}")
     if delay < 0:
         raise InputError(f"{name} must be >= 0, got {delay}")
+    # inf, NaN or 1e300 would become a due time not both stores can keep (MAX_DURATION):
+    # refused here by name, the same on both, rather than as a driver's error.
     if not (math.isfinite(delay) and delay <= MAX_DURATION):
         raise InputError(
             f"{name} must be a finite number of seconds <= {MAX_DURATION:.0f}, got {delay}"
@@ -98,6 +105,8 @@ def check_schedule(priority: int, delay: float, run_at: datetime | None) -> None
         raise InputError(f"run_at must be a datetime, got {type(run_at).__name__}")
     if run_at is not None and delay:
         raise InputError("give delay or run_at, not both")
+    # A naive datetime is read in the machine's local zone by timestamp(): producers in
+    # different zones would schedule the same value at different instants.
     if run_at is not None and run_at.tzinfo is None:
         raise InputError(f"run_at must be timezone-aware, got {run_at.isoformat()}")
     if run_at is not None and run_at.timestamp() - time.time() > MAX_DURATION:

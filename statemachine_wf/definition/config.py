@@ -73,6 +73,8 @@ class Config:
     operator_token: str | None = field(default=None, repr=False)  # a secret
 
     def __post_init__(self) -> None:
+        # Checked when the value is built, so a bad SWF_* variable stops the CLI at start
+        # (exit 2, naming the setting) instead of surfacing later inside a runner.
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.lease <= 0:
@@ -87,6 +89,7 @@ class Config:
             )
         if self.max_dag_bytes < 1:
             raise ValueError(f"max_dag_bytes must be >= 1, got {self.max_dag_bytes}")
+        # The smallest runnable DAG has a start node and an end node.
         if self.max_dag_nodes < 2:
             raise ValueError(f"max_dag_nodes must be >= 2, got {self.max_dag_nodes}")
 
@@ -98,6 +101,8 @@ class Config:
         def listed(name: str) -> tuple[str, ...]:
             return tuple(p.strip() for p in env.get(name, "").split(",") if p.strip())
 
+        # ``or`` rather than a get() default: a variable set empty (``SWF_DEPS=`` in an env
+        # file) means unset, not an empty URL, module spec or worker id.
         try:
             return cls(
                 database_url=env.get("SWF_DATABASE_URL") or DEFAULT_URL,
@@ -143,6 +148,7 @@ class Config:
 
     def store_options(self) -> dict[str, Any]:
         """The keyword arguments of ``open_store(self.database_url, ...)``."""
+        # SQLite has no pool and no schema: open_store takes these for PostgreSQL only.
         if not self.database_url.startswith("postgres"):
             return {}
         return {
@@ -162,6 +168,8 @@ def _limit_from_env(env: Mapping[str, str], name: str, low: int) -> int | None:
         limit = int(raw)
     except ValueError:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+    # At most 18 digits: the wf_settings row that migrate copies the payload limit into
+    # is checked against ^[1-9][0-9]{0,17}$ and read as a bigint by the SQL contract.
     if not low <= limit < 10**18:
         raise ValueError(f"{name} must be from {low} to 10**18 - 1, got {limit}")
     return limit

@@ -160,6 +160,9 @@ class Branch(_Model):
     when: str = Field(min_length=1)
     _parsed: ast.expr | None = PrivateAttr(default=None)
 
+    # Compiled twice, on purpose: the validator runs before the model exists, so it can
+    # only refuse (its ValueError becomes a DefinitionError line at the branch's path);
+    # the parsed form is kept by model_post_init, once the private attribute exists.
     @field_validator("when")
     @classmethod
     def _check_when(cls, value: str) -> str:
@@ -219,6 +222,8 @@ NODE_CONFIGS: dict[str, type[_Model]] = {
 
 def produced_handles(node: Node, config: BaseModel) -> set[str | None]:
     """The handles ``node`` can finish with (None is the default output)."""
+    # An end node finishes the instance: it has no output to follow, and check() reports
+    # any edge out of it.
     if node.type == "end":
         return set()
     out: set[str | None]

@@ -98,6 +98,9 @@ MAX_BUILT_LENGTH = 1_000_000
 """Most characters/items the strings, lists, tuples, sets and mappings an evaluation
 builds may hold together."""
 
+# What a condition may contain, as an allow-list: anything else (a lambda, a walrus
+# assignment, await, a syntax form a later Python adds) is refused at load until someone
+# decides it is safe. A deny-list would admit each new construct silently.
 _ALLOWED_NODES: tuple[type[ast.AST], ...] = (
     ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp,
     ast.Call, ast.keyword, ast.Attribute, ast.Subscript, ast.Slice, ast.Name,
@@ -127,6 +130,8 @@ LIMIT_ERRORS: tuple[type[Exception], ...] = (
 )
 """simpleeval's and Python's own size refusals: reported as :class:`ExpressionLimit`."""
 
+# Conditions are compiled when a definition is loaded, which may happen on several
+# threads at once (clients, runners): see the module docstring for why they take turns.
 _parse_lock = threading.Lock()
 
 
@@ -146,6 +151,7 @@ def compile_expression(text: str) -> ast.expr:
             construct or method not allowed, or an expression over a size limit.
     """
     shown = text if len(text) <= 80 else text[:77] + "..."
+    # Length first: it bounds the parser's work before anything else runs on the text.
     if len(text) > MAX_EXPRESSION_CHARS:
         raise ExpressionProblem(
             f"bad expression {shown!r}: {len(text)} characters; the limit is {MAX_EXPRESSION_CHARS}"
@@ -158,10 +164,14 @@ def compile_expression(text: str) -> ast.expr:
         )
     with _parse_lock:
         try:
+            # strip(): mode="eval" reads a leading space as an indent (IndentationError),
+            # and an editor's text field easily keeps one.
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as exc:
             raise ExpressionProblem(f"bad expression {shown!r}: {exc.msg}") from None
         except (RecursionError, MemoryError):
+            # CPython's parser gives up on deep nesting this way: reported as the nesting
+            # limit, a DefinitionError like any other, never a crash of the caller.
             raise ExpressionProblem(
                 f"bad expression {shown!r}: nested too deeply to parse (the limit is "
                 f"{MAX_EXPRESSION_DEPTH} levels)"
@@ -196,10 +206,13 @@ def _shape_problem(tree: ast.Expression) -> str | None:
             return f"nested more than {MAX_EXPRESSION_DEPTH} levels deep (the limit)"
         if not isinstance(node, _ALLOWED_NODES):
             return f"{type(node).__name__} is not allowed in a condition"
+        # f"{x:>1000000}" builds a huge string from a short text: no format specs at all.
         if isinstance(node, ast.FormattedValue) and node.format_spec is not None:
             return "format specs in f-strings are not allowed in a condition"
         if isinstance(node, ast.Call):
             func = node.func
+            # Only the name is known here, not the object: the list holds methods that
+            # are harmless on any type they exist on.
             if isinstance(func, ast.Attribute):
                 if func.attr not in SAFE_METHODS:
                     return (
@@ -207,12 +220,17 @@ def _shape_problem(tree: ast.Expression) -> str | None:
                         f"{', '.join(sorted(SAFE_METHODS))})"
                     )
             elif not isinstance(func, ast.Name):
+                # A call of a computed value would get round the method list by name:
+                # [ctx.update][0]({...}) calls dict.update. A call must name its callee.
                 return "only named functions and allowed methods can be called"
         stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
     return None
 
 
 def _unknown_names(root: ast.expr) -> set[str]:
+    # A comprehension's variable counts as known anywhere in the expression, not only in
+    # its own scope: looser than Python, and safe, since a name used outside its scope
+    # fails at run time (simpleeval's NameNotDefined: the node's bad_expression).
     bound: set[str] = set()
     for node in ast.walk(root):
         if isinstance(node, ast.comprehension):
@@ -257,6 +275,8 @@ class _Bounded(EvalWithCompoundTypes):  # type: ignore[misc]
         if self.steps > MAX_EVAL_STEPS:
             raise ExpressionLimit(f"more than {MAX_EVAL_STEPS} evaluation steps")
         result = super()._eval(node)
+        # Reads build nothing (a name, a constant, ctx.x, ctx["x"] return what exists):
+        # charging them would let a large context use up the budget by being looked at.
         if not isinstance(node, ast.Name | ast.Constant | ast.Attribute | ast.Subscript):
             self._charge(_size(result))
         return result
@@ -280,6 +300,8 @@ class _Bounded(EvalWithCompoundTypes):  # type: ignore[misc]
             )
 
     def _pow(self, a: Any, b: Any) -> Any:
+        # 0, 1 and -1 stay small under any power, and a negative exponent gives a float;
+        # a huge b is estimated as over the limit without multiplying it out.
         if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1:
             self._bits(_int_bits(a) * b if b < 10**9 else 10**18, "**")
         return operator.pow(a, b)
@@ -287,6 +309,7 @@ class _Bounded(EvalWithCompoundTypes):  # type: ignore[misc]
     def _mult(self, a: Any, b: Any) -> Any:
         if isinstance(a, int) and isinstance(b, int):
             self._bits(_int_bits(a) + _int_bits(b), "*")
+        # "x" * 10**9 or [0] * 10**9: the size is known before the product is built.
         for seq, n in ((a, b), (b, a)):
             if _size(seq) and isinstance(n, int):
                 self._room(_size(seq) * max(n, 0), "*")
@@ -304,6 +327,8 @@ class _Bounded(EvalWithCompoundTypes):  # type: ignore[misc]
 
     @staticmethod
     def _mod(a: Any, b: Any) -> Any:
+        # "%099999999d" % 1: the width hides in the format, so its output size cannot be
+        # checked first the way * and + are; % on a string is refused outright.
         if isinstance(a, str | bytes):
             raise ExpressionLimit("% formatting of strings is not allowed in a condition")
         return operator.mod(a, b)
@@ -339,8 +364,11 @@ def evaluate(parsed: ast.expr, text: str, ctx: Mapping[str, Any], *, private: bo
     Raises:
         ExpressionLimit: the evaluation went over a bound (see the module's docstring).
     """
+    # The method allow-list is checked by name only; the copy is the second wall: nothing
+    # an evaluation reaches is the runner's own data.
     evaluator = _Bounded(names={"ctx": ctx if private else frozen_copy(dict(ctx))})
     try:
         return evaluator.eval(text, previously_parsed=parsed)
     except LIMIT_ERRORS as exc:
+        # A bound, not the data: the node fails with expression_limit and is not retried.
         raise ExpressionLimit(f"{type(exc).__name__}: {exc}") from None

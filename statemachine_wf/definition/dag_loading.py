@@ -26,6 +26,7 @@ def parse(data: str | bytes | Mapping[str, Any] | DagDefinition) -> DagDefinitio
     Raises:
         DefinitionError: every size and structural problem found.
     """
+    # Already a model, fields checked when it was built: only its size is left to check.
     if isinstance(data, DagDefinition):
         check_size(data)
         return data
@@ -79,6 +80,8 @@ def _where(raw: Any, loc: tuple[int | str, ...]) -> str:
     """A pydantic error location, with node indexes shown as node ids where known."""
     parts = []
     cur = raw
+    # Walks the raw input beside pydantic's location, so ``nodes.3.config`` becomes
+    # ``nodes['fetch'].config``: the editor's user knows ids, not list positions.
     for p in loc:
         if isinstance(p, int) and isinstance(cur, list) and p < len(cur):
             item = cur[p]

@@ -72,6 +72,8 @@ class Graph:
     bodies: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Loop node -> the nodes of its body (reachable from ``loop`` and leading back)."""
 
+    # An edge into a loop node from its own body closes an iteration. check() refuses
+    # every other cycle, so the graph without these edges is acyclic.
     @cached_property
     def back_edges(self) -> frozenset[tuple[str, str, str | None]]:
         found = set()
@@ -88,6 +90,8 @@ class Graph:
     def scope(self) -> Mapping[str, str | None]:
         """Node -> the innermost loop whose body holds it (None at the top level)."""
         out: dict[str, str | None] = {}
+        # A nested loop's body lies inside its outer loop's body, so the smallest body
+        # holding a node is its innermost loop.
         for node in self.nodes:
             holders = [lp for lp, body in self.bodies.items() if node in body]
             out[node] = min(holders, key=lambda lp: len(self.bodies[lp])) if holders else None
@@ -128,6 +132,8 @@ def check(definition: DagDefinition) -> Graph:
     nodes: dict[str, Node] = {}
     configs: dict[str, BaseModel] = {}
     for node in definition.nodes:
+        # The first node with an id stands for it; a later one is reported, not checked,
+        # so one mistake does not cascade into a list of edge problems.
         if node.id in nodes:
             problems.append(f"node {node.id!r}: duplicate id")
             continue
@@ -165,6 +171,8 @@ def check(definition: DagDefinition) -> Graph:
         if dangling:
             problems.append(f"{label}: unknown node(s) {dangling}")
             continue
+        # A loop goes through its body nodes; an edge from a node to itself would be a
+        # cycle no loop node counts or bounds.
         if edge.source == edge.target:
             problems.append(f"{label}: a node cannot feed itself")
             continue
@@ -173,8 +181,11 @@ def check(definition: DagDefinition) -> Graph:
             continue
         seen_edges.add(_key(edge))
         src = nodes[edge.source]
+        # The start node runs once, when the instance is created: nothing may lead back.
         if nodes[edge.target].type == "start":
             problems.append(f"{label}: the start node cannot have incoming edges")
+        # Handles are known only for a node whose config is valid; a bad config has been
+        # reported already and its edges are not judged on a guess.
         if src.id in configs:
             handles = produced_handles(src, configs[src.id])
             if not handles:
@@ -194,6 +205,8 @@ def check(definition: DagDefinition) -> Graph:
     for node in nodes.values():
         if node.type != "loop":
             continue
+        # The body: nodes reachable from the loop branch that also lead back to the loop.
+        # Walks avoid the loop node itself, or everything after ``done`` would count too.
         entry = [e.target for e in outgoing[node.id] if e.source_handle == LOOP_HANDLE]
         forward = _reach(entry, succ, avoid=node.id)
         backward = _reach(pred[node.id], pred, avoid=node.id)
@@ -202,6 +215,7 @@ def check(definition: DagDefinition) -> Graph:
             problems.append(f"node {node.id!r}: its loop branch never leads back to it")
         bodies[node.id] = body
 
+    # A node the start cannot reach would never run: refused, not kept as dead weight.
     if len(starts) == 1:
         unreachable = sorted(set(nodes) - _reach([starts[0]], succ))
         if unreachable:
@@ -212,6 +226,8 @@ def check(definition: DagDefinition) -> Graph:
     if cycle:
         problems.append("cycle not made by a loop node: " + " -> ".join(cycle))
 
+    # Only on an otherwise sound graph: the join check walks a topological order, and
+    # with a stray cycle some nodes would never enter it.
     if not problems:
         problems.extend(_exclusive_joins(nodes, incoming, outgoing, back, bodies))
 
@@ -274,6 +290,8 @@ def _exclusive_joins(
         seen: dict[str, tuple[str | None, str]] = {}
         clash = None
         for edge, taken in zip(entries, paths, strict=True):
+            # Sorted: a frozenset's order changes with the hash seed, and the same
+            # definition must name the same clash in every process.
             for cond, handle in sorted(taken, key=str):
                 inner = [lp for lp, body in bodies.items() if cond in body]
                 if any(lp not in holders for lp in inner):
@@ -298,6 +316,8 @@ def _find_cycle(
     back: set[tuple[str, str, str | None]],
 ) -> list[str]:
     """One cycle left once loop back edges are removed, as a path (empty if acyclic)."""
+    # Depth-first with an explicit stack of (node, next edge) frames, not recursion: a
+    # chain of 10,000 nodes (SWF_MAX_DAG_NODES) is far past Python's recursion limit.
     white, grey, black = 0, 1, 2
     colour = dict.fromkeys(nodes, white)
     parent: dict[str, str] = {}
@@ -315,6 +335,7 @@ def _find_cycle(
             if i < len(edges):
                 stack[-1] = (n, i + 1)
                 t = edges[i].target
+                # grey: t is on the current path, so this edge closes a cycle.
                 if colour[t] == grey:
                     path = [t]
                     cur = n
@@ -408,6 +429,8 @@ class DagBuilder:
             type=self.type,
             description=self.description,
         )
+        # The same two checks as load(): a definition built in code meets the limits and
+        # the graph rules a JSON one does.
         check_size(definition)
         check(definition)
         return definition

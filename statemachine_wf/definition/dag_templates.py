@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import WorkflowError
 
+# No braces inside: templates do not nest, and the path in them is only ever looked up.
 _EXPR = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 
 
@@ -38,6 +39,7 @@ def lookup(path: str, ctx: Mapping[str, Any]) -> Any:
     for part in parts[1:]:
         if isinstance(value, Mapping):
             if part not in value:
+                # A context can hold thousands of keys: the message names the first 20.
                 known = ", ".join(sorted(map(str, value))[:20])
                 raise TemplateError(path, f"no key {part!r} in {walked} (keys: {known})")
             value = value[part]
@@ -54,6 +56,8 @@ def lookup(path: str, ctx: Mapping[str, Any]) -> Any:
 def _text(value: Any) -> str:
     if isinstance(value, str):
         return value
+    # sort_keys: the same context renders the same text on both stores (PostgreSQL's
+    # jsonb keeps no key order), so a rendered key or id is stable across re-runs.
     return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
 
 
@@ -61,6 +65,8 @@ def resolve(value: Any, ctx: Mapping[str, Any]) -> Any:
     """Resolve every template inside ``value`` (strings, and mappings/lists recursively)."""
     if isinstance(value, str):
         whole = _EXPR.fullmatch(value.strip())
+        # Only an exact "{{...}}" keeps the value's type; with spaces around it the author
+        # wrote text, and gets text.
         if whole is not None and value.strip() == value:
             return lookup(whole.group(1), ctx)
         return _EXPR.sub(lambda m: _text(lookup(m.group(1), ctx)), value)

@@ -47,13 +47,17 @@ def check_payload(what: str, value: Any, limit: int | None = None) -> int:
         PayloadTooLarge: it is over ``limit`` (default :func:`max_payload_bytes`); the
             message names ``what``, the size and the limit.
     """
+    # Compact separators: the size is that of the JSON the store keeps, not of a pretty
+    # form. default=str sizes an unusual value (a datetime) as the text it would become.
     try:
         text: str | None = json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
     except (ValueError, RecursionError):
+        # NaN, a circular or too deep value: the walk below names the place and refuses it.
         text = None
     if text is None or _suspect(text, MAX_JSON_DEPTH):
         check_value(what, value)  # walks the value only when the text says it may be poison
     if text is None:
+        # The walk found nothing it knows: encode again so json raises its own error.
         text = json.dumps(value, separators=(",", ":"), default=str)
     size = len(text.encode())
     cap = max_payload_bytes() if limit is None else limit
@@ -101,8 +105,12 @@ MAX_STORED_DEPTH = MAX_JSON_DEPTH + 16
 by the runtime (an event's ``{"input": ...}``, a dead letter's envelope) nests a little
 deeper; still far from the 1,000 levels Python can decode."""
 
+# A lone surrogate is not Unicode: PostgreSQL refuses it (and its \\ud800 escape in jsonb)
+# where SQLite would keep the escape json.dumps writes. Refused everywhere, stores agree.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _MAX_INT_BITS = 13_000  # about 3,900 digits: under Python's int-to-str limit (4,300 digits)
+# The escapes json.dumps writes for a NUL (always) or a surrogate (with ensure_ascii, the
+# default every caller keeps): seen in the text, they send the value to the full walk.
 _ESCAPED_POISON = re.compile(r"\\u(?:0000|d[89a-f][0-9a-f]{2})")
 
 
@@ -129,6 +137,8 @@ def value_problem(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> tuple[str, 
     ``$`` (``$.items[3].name``). Iterative: a value nested 100,000 deep is measured
     without recursion.
     """
+    # An explicit stack, not recursion: the value comes from a producer, and a recursive
+    # walk of a deep one would raise RecursionError before it could name the path.
     stack: list[tuple[Any, str, int]] = [(value, "$", 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -146,6 +156,7 @@ def value_problem(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> tuple[str, 
                 return path, "is an integer too large to store"
         elif isinstance(item, dict | list | tuple):
             if depth >= max_depth:
+                # The path of a too-deep value is itself long: cut so the message stays short.
                 shown = path if len(path) <= 120 else path[:117] + "..."
                 return shown, f"nests deeper than {max_depth} levels (the limit)"
             if isinstance(item, dict):
@@ -178,6 +189,8 @@ def check_value(what: str, value: Any) -> None:
 def _suspect(text: str, depth: int) -> bool:
     """Whether JSON ``text`` may nest deeper than ``depth`` or hold a NUL or a surrogate
     (then the value is walked; the common value is not)."""
+    # A crude bound (siblings and brackets inside strings count too) but never under the
+    # real depth: a false alarm costs one walk, and a too-deep value is never missed.
     return text.count("[") + text.count("{") > depth or _ESCAPED_POISON.search(text) is not None
 
 
@@ -220,5 +233,7 @@ def nests_deeper(text: str, limit: int) -> bool:
     """
     if text.count("[") + text.count("{") <= limit:
         return False
+    # Strings first (their brackets are data), then every character but a bracket: what
+    # is left is the nesting, and its running sum is the depth at each point.
     brackets = re.sub(r"[^\[\]{}]+", "", _JSON_STRING.sub("", text))
     return max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0) > limit

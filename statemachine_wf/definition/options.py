@@ -54,8 +54,12 @@ class RunnerOptions:
         _check_seconds("idle_poll", self.idle_poll, 0.001, MAX_LEASE)
         if self.heartbeat_log_every is not None:
             _check_seconds("heartbeat_log_every", self.heartbeat_log_every, 0.001, 1e9)
+        # Stored as tuples past the frozen guard: a list the caller keeps (and changes
+        # later) cannot change a running runner's options.
         object.__setattr__(self, "prefixes", _check_names("prefixes", self.prefixes))
         object.__setattr__(self, "dag_types", _check_names("dag_types", self.dag_types))
+        # The id is written into events and log lines and shown by the CLI: a newline or
+        # an escape sequence in it would garble (or forge) what an operator reads.
         if self.worker_id is not None and (
             not isinstance(self.worker_id, str)
             or not 0 < len(self.worker_id) <= 200
@@ -65,6 +69,7 @@ class RunnerOptions:
                 f"worker_id must be a printable string of 1 to 200 characters, "
                 f"got {self.worker_id!r}"
             )
+        # Strictly a bool: the string "false" from a config file would be truthy.
         if not isinstance(self.reconcile_on_start, bool):
             raise InputError(
                 f"reconcile_on_start must be True or False, got {self.reconcile_on_start!r}"
@@ -79,6 +84,7 @@ MAX_CONCURRENCY = 1024
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    # bool is an int subclass: concurrency=True must not pass as 1.
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InputError(f"{name} must be a whole number in [{low}, {high}], got {value!r}")
 
@@ -92,6 +98,8 @@ def _check_seconds(name: str, value: Any, low: float, high: float) -> None:
 
 
 def _check_names(name: str, value: Any) -> tuple[str, ...]:
+    # A str is a Sequence: prefixes="billing." would otherwise become the one-letter
+    # prefixes "b", "i", ... and take unrelated types.
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise InputError(f"{name} must be a sequence of strings, got {value!r}")
     for item in value:

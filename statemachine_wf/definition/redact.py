@@ -44,6 +44,7 @@ def _split(url: str) -> tuple[str, str, str, str]:
     body = url[found.end() :] if found else url
     cut = min((i for i in (body.find(c) for c in "/?#") if i >= 0), default=len(body))
     authority, rest = body[:cut], body[cut:]
+    # The last '@' ends the userinfo: a password may hold an unencoded '@' of its own.
     userinfo, at, hostport = authority.rpartition("@")
     if not at:
         userinfo = ""
@@ -81,6 +82,8 @@ def _secrets(url: str) -> list[str]:
     """The parts of ``url`` that must not appear in text, longest first."""
     _, userinfo, _, rest = _split(url)
     found: set[str] = set()
+    # Each piece on its own as well as whole: a driver may echo just the password, the
+    # path without its slashes or one query value rather than the whole URL.
     if userinfo:
         found.add(userinfo)
         _, colon, password = userinfo.partition(":")
@@ -93,6 +96,8 @@ def _secrets(url: str) -> list[str]:
     if path.strip("/"):
         found.add(path)
         found.add(path.strip("/"))
+        # Short segments ("v2", "db") are left: replacing them everywhere would garble the
+        # message, and a path segment that short is no API key worth the loss.
         found.update(seg for seg in path.split("/") if len(seg) >= _MIN_TOKEN)
     if query:
         found.add(query)
@@ -104,6 +109,8 @@ def _secrets(url: str) -> list[str]:
                 found.add(pair)
     if fragment:
         found.add(fragment)
+    # Longest first: replacing a short piece first (a segment inside the whole path) would
+    # break the longer one apart, and the rest of it would no longer match and stay shown.
     return sorted((s for s in found if s), key=len, reverse=True)
 
 
@@ -128,6 +135,8 @@ def redact_text(text: str, *urls: str | None) -> str:
         path segments and query values of ``urls`` replaced by ``***``, and the path of
         an HTTP request line (``POST /v2/KEY``) or of ``url: /path`` replaced too.
     """
+    # Whole URLs first, so they keep their host; then what a driver prints without a
+    # scheme (a request line, urllib3's "url: /path"); then the pieces of the known URLs.
     out = _URL_IN_TEXT.sub(_redact_match, text)
     out = _REQUEST_LINE.sub(lambda m: f"{m.group(1)} /{REDACTED}", out)
     out = _URL_LABEL.sub(lambda m: f"{m.group(1)}/{REDACTED}", out)
@@ -147,11 +156,16 @@ class RedactingFilter(logging.Filter):
         except Exception:  # a malformed record: let the handler report it as usual
             return True
         cleaned = redact_text(message)
+        # The message is replaced already formatted and the args dropped: kept, they would
+        # be formatted into the text again by the handler, secrets included. A record with
+        # nothing to redact is left as logged.
         if cleaned != message:
             record.msg, record.args = cleaned, None
         return True
 
 
+# One shared instance: install_log_redaction tests membership by identity, so calling it
+# again (every EthereumClient and ArweaveClient does) never stacks a second filter on a logger.
 _FILTER = RedactingFilter()
 
 # Third-party loggers that print the URL they were given (at DEBUG or INFO).

@@ -55,6 +55,8 @@ class RetryPolicy:
         check_duration("stall_retry_after", self.stall_retry_after)
         if not math.isfinite(self.multiplier):
             raise ValueError(f"multiplier must be finite, got {self.multiplier}")
+        # Below 1 the waits would shrink as failures grow: retrying faster the longer a
+        # dependency stays down.
         if self.multiplier < 1:
             raise ValueError(f"multiplier must be >= 1, got {self.multiplier}")
         if self.on_exhausted not in ("stall", "fail"):
@@ -62,6 +64,8 @@ class RetryPolicy:
 
     def delay(self, failures: int) -> float:
         """Seconds to wait after the ``failures``-th consecutive failure (1-based)."""
+        # A long failure streak is safe: tenacity returns max_delay once the exponent
+        # passes it (an overflow included) rather than raising.
         strategy: tenacity.wait.wait_base
         if self.jitter:
             strategy = tenacity.wait_exponential_jitter(

@@ -41,9 +41,14 @@ from .retry import DEFAULT_RETRY, RetryPolicy
 COMPLETED = "COMPLETED"
 """The transition target that ends the workflow successfully."""
 
+# The type name is how a stored instance finds its class again, so it carries a version:
+# a change to the states ships as a new .vN beside the old class, and instances started
+# on the old graph finish on it.
 TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\.v[0-9]+$")
 STEP_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SIGNAL_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,99}$")
+# A state named COMPLETED could never be entered (to=COMPLETED ends the workflow); the
+# other statuses are kept out with it, so a step name never reads as a status.
 RESERVED_STEPS = frozenset({COMPLETED, "FAILED", "STALLED", "CANCELLED", "PENDING", "RUNNING"})
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -86,6 +91,8 @@ class StepSpec:
 
     def classify(self, exc: BaseException) -> ErrorClass:
         """Map an exception to Retry, Stall or Fail (unmapped errors are retryable)."""
+        # An action's own verdict (raising Retry, Stall, Fail, or waiting) wins over any
+        # errors map: the author said what this failure is.
         if isinstance(exc, StepFailure):
             if isinstance(exc, Waiting):
                 return Waiting
@@ -94,6 +101,8 @@ class StepSpec:
             if isinstance(exc, Stall):
                 return Stall
             return Retry
+        # First match wins, step entries before the class's: list a subclass before
+        # its base, or the base's class takes it.
         for exc_type, cls in self.errors:
             if isinstance(exc, exc_type):
                 return cls
@@ -161,6 +170,7 @@ def step(
     The decorator only attaches a marker; the method itself is returned unchanged, so its
     signature and type survive.
     """
+    # A str is an iterable too: without this, to="ship" would become ("s", "h", "i", "p").
     targets = (to,) if isinstance(to, str) else tuple(to)
     names = (signals,) if isinstance(signals, str) else tuple(signals)
 
@@ -223,6 +233,8 @@ class Workflow(Generic[InputT, ProgressT]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # A shared base (helpers, no states of its own) is skipped. The flag is read from
+        # the class's own __dict__, not inherited: its subclasses are still validated.
         if inspect.isabstract(cls) or cls.__dict__.get("__abstract__", False):
             return
         cls.__swf_spec__ = build_spec(cls)
@@ -240,6 +252,8 @@ def _models(cls: type) -> tuple[type[BaseModel] | None, type[BaseModel] | None]:
             args = get_args(base)
             if len(args) == 2 and all(isinstance(a, type) for a in args):
                 return args[0], args[1]
+    # A subclass of a concrete workflow (class PayoutV2(Payout)) need not repeat the
+    # parameters: it takes the models of the nearest validated parent.
     for parent in cls.__mro__[1:]:
         spec = parent.__dict__.get("__swf_spec__")
         if spec is not None:
@@ -281,6 +295,9 @@ def build_spec(cls: type) -> WorkflowSpec:
 
     markers: dict[str, tuple[str, StepMarker, Callable[..., Any]]] = {}
     has_reconcile = False
+    # dir() includes inherited members, so a subclass keeps its parent's steps (a method
+    # it redefines counts as written there). getattr_static runs no descriptor or property
+    # at class creation; a staticmethod or classmethod is unwrapped to the marked function.
     for attr in dir(cls):
         member = inspect.getattr_static(cls, attr, None)
         fn = member.__func__ if isinstance(member, staticmethod | classmethod) else member
@@ -288,6 +305,7 @@ def build_spec(cls: type) -> WorkflowSpec:
             if has_reconcile:
                 problems.append("more than one @reconcile method")
             has_reconcile = True
+            # Kept by attribute name, so the runtime calls it on the runner-made instance.
             cls.__swf_reconcile_method__ = attr  # type: ignore[attr-defined]
         marker = getattr(fn, "__swf_step__", None)
         if isinstance(marker, StepMarker) and callable(fn):
@@ -348,6 +366,8 @@ def build_spec(cls: type) -> WorkflowSpec:
         for state in steps:
             if state not in seen:
                 problems.append(f"state {state!r} is unreachable from {initials[0]!r}")
+        # Unreachable states are refused just above, so on a valid class one state that
+        # declares COMPLETED gives the initial state a path to the end.
         if not _can_complete(steps):
             problems.append("no path from any state reaches COMPLETED")
 
@@ -374,6 +394,7 @@ def declared_dependencies(cls: type) -> frozenset[str]:
     type imported only under ``TYPE_CHECKING``) are read as written.
     """
     names: dict[str, Any] = {}
+    # Base classes first, so a subclass's annotation of the same name replaces its base's.
     for klass in reversed(cls.__mro__):
         if klass in (object, Generic, Workflow):
             continue
