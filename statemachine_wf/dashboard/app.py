@@ -28,6 +28,7 @@ from starlette.templating import Jinja2Templates
 
 from statemachine_wf import Client, InstanceRecord, Status, Store, Workflow, WorkflowError
 from statemachine_wf.client.live import watch
+from statemachine_wf.definition.wait_tokens import shown_event
 
 from . import graphs, metrics
 from .reads import overview
@@ -189,7 +190,10 @@ def create_app(
                 title="Not found",
                 message=f"no instance {instance_id}",
             )
-        context: dict[str, Any] = {"r": record, "events": events}
+        # What the page prints has wait tokens hidden (as ``signals`` does); the graphs are
+        # drawn from the events as stored.
+        shown = [shown_event(e) for e in events]
+        context: dict[str, Any] = {"r": record, "events": shown}
         if record.kind == "dag":
             # The graph is drawn from the definition stored with the instance (its
             # WORKFLOW_CREATED event), not the latest saved version: that is what ran.
@@ -211,8 +215,8 @@ def create_app(
                     )
                 ),
                 from_spec=spec is not None,
-                reconciles=[e for e in events if e.event_type.startswith("RECONCILE")],
-                errors=[e for e in events if e.error],
+                reconciles=[e for e in shown if e.event_type.startswith("RECONCILE")],
+                errors=[e for e in shown if e.error],
             )
         return render(request, "instance.html", **context)
 
