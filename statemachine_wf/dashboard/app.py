@@ -11,6 +11,7 @@ are blocking and run in the thread pool. See :mod:`.security` for who may POST.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from importlib import resources
@@ -29,10 +30,13 @@ from starlette.templating import Jinja2Templates
 from statemachine_wf import Client, InstanceRecord, Status, Store, Workflow, WorkflowError
 from statemachine_wf.client.live import watch
 from statemachine_wf.definition.wait_tokens import shown_event
+from statemachine_wf.errors import NotFound, StoreUnavailable
 
 from . import graphs, metrics
 from .reads import overview
 from .security import CSRF_COOKIE, OPERATOR_COOKIE, Guard
+
+log = logging.getLogger("statemachine_wf.dashboard")
 
 PAGE = 50
 WINDOW, BUCKET = 3600.0, 60.0
@@ -175,9 +179,11 @@ def create_app(
         def load() -> tuple[InstanceRecord | None, list[Any]]:
             # The id comes from the URL: a malformed one is InvalidId (a WorkflowError),
             # answered as not found like a well-formed id that names nothing.
+            # NotFound only: an outage (StoreUnavailable) is a 503 (see `unavailable`),
+            # never "no instance".
             try:
                 r = client.get(instance_id)
-            except WorkflowError:
+            except NotFound:
                 return None, []
             return r, client.history(instance_id)
 
@@ -242,6 +248,9 @@ def create_app(
                         "at": _when(u.event.created_at),
                     }
                     yield f"id: {u.seq}\nevent: update\ndata: {json.dumps(data)}\n\n"
+            except StoreUnavailable:
+                # Not "gone": the stream just ends, and the browser reconnects (retry).
+                return
             except WorkflowError as exc:
                 yield f"event: gone\ndata: {json.dumps(str(exc))}\n\n"
                 return
@@ -271,6 +280,8 @@ def create_app(
         # turns the POST into a GET, so reloading the page does not repeat the action.
         try:
             await run_in_threadpool(run)
+        except StoreUnavailable:
+            raise  # not a refusal: a 503 (see `unavailable`)
         except (WorkflowError, ValueError) as exc:
             return render(request, "message.html", 409, title=f"{action} refused", message=str(exc))
         return RedirectResponse(f"/instances/{instance_id}", status_code=303)
@@ -286,6 +297,8 @@ def create_app(
         letter = int(request.path_params["letter"])
         try:
             await run_in_threadpool(lambda: client.redrive(letter, by="dashboard"))
+        except StoreUnavailable:
+            raise  # not a refusal: a 503 (see `unavailable`)
         except (WorkflowError, ValueError) as exc:
             return render(request, "message.html", 409, title="redrive refused", message=str(exc))
         return RedirectResponse("/dead-letters", status_code=303)
@@ -319,6 +332,25 @@ def create_app(
         response.delete_cookie(OPERATOR_COOKIE)
         return response
 
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        # Any page or action while the database is away: a 503, not a 404 "no instance"
+        # nor a 409 "refused". The exception's text names the database's host and port:
+        # logged, not shown on a page anyone may read.
+        log.warning("dashboard: %s %s: %s", request.method, request.url.path, exc)
+        response = render(
+            request,
+            "message.html",
+            503,
+            title="Store unavailable",
+            message=(
+                "The store is unavailable: its database cannot be reached just now. "
+                "Try again shortly; after an action, reload the instance to see whether "
+                "it was applied."
+            ),
+        )
+        response.headers["Retry-After"] = "5"
+        return response
+
     async def metrics_page(request: Request) -> Response:
         body = await run_in_threadpool(metrics.scrape, reads, store)
         return PlainTextResponse(body, media_type=metrics.CONTENT_TYPE)
@@ -338,4 +370,4 @@ def create_app(
         Route("/metrics", metrics_page),
         Mount("/static", StaticFiles(directory=str(folder.joinpath("static"))), name="static"),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers={StoreUnavailable: unavailable})
