@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from importlib import resources
@@ -39,6 +40,7 @@ from .security import CSRF_COOKIE, OPERATOR_COOKIE, Guard
 log = logging.getLogger("statemachine_wf.dashboard")
 
 PAGE = 50
+_SEQ = re.compile(r"[0-9]{1,18}")
 WINDOW, BUCKET = 3600.0, 60.0
 # The Client methods a POST may name: the action comes from the URL path, so it is looked
 # up only among these, never as any attribute of the client (delete, purge).
@@ -228,7 +230,15 @@ def create_app(
 
     async def stream(request: Request) -> Response:
         instance_id = request.path_params["id"]
-        after = int(request.query_params.get("after", "0") or 0)
+        raw = request.query_params.get("after", "") or "0"
+        # ASCII digits only, at most 18 (a seq is a bigint): int() would take "²"-like
+        # digits, spaces, "-1" and a 5,000-digit number, or fail with a 500.
+        if not _SEQ.fullmatch(raw):
+            return PlainTextResponse(
+                f"after must be a non-negative integer (an event seq), got {raw[:40]!r}",
+                status_code=400,
+            )
+        after = int(raw)
 
         async def feed() -> AsyncIterator[str]:
             # The browser reconnects after 2 s if the stream drops; it asks again from the
