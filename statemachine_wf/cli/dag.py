@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
+
 from ..client.dag import DagClient
 from ..core.store import Store
 from ..definition.config import Config
@@ -180,7 +182,7 @@ def show(dags: DagClient, args: argparse.Namespace) -> None:
     edges = [(e.source, e.target, e.source_handle or "") for e in definition.edges]
     if output.tty():
         con = output.console()
-        con.print(f"[bold]{head}[/bold]", markup=True)
+        con.print(Text(head, style="bold"))  # the name and type are data, not markup
         if definition.description:
             con.print(definition.description, markup=False)
         con.print(output.table("nodes", ["id", "type", "join", "on error", "config"], nodes))

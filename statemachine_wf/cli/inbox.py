@@ -9,6 +9,7 @@ from typing import Any
 
 from ..client.machine import Client
 from ..core.store import Store
+from ..definition.wait_tokens import hide_token, token_label
 from . import output
 from .formatting import _json_arg, _when
 
@@ -25,18 +26,20 @@ def _signals(client: Client, store: Store, args: argparse.Namespace) -> None:
         out: dict[str, Any] = {"counts": counts}
         if args.list:
             out["signals"] = [
-                {
-                    "id": r.id,
-                    "instance_id": r.instance_id,
-                    "kind": r.kind,
-                    "name": r.name,
-                    "state": r.state,
-                    # Only whether it has one: a wait's token can be the secret of an
-                    # approval link (see the README), not something to print.
-                    "tokened": r.token is not None,
-                    "due_at": r.due_at,
-                    "payload": r.payload,
-                }
+                # Only whether it has a token ("tokened"): a wait's token can be the secret
+                # of an approval link (see the README), not something to print.
+                hide_token(
+                    {
+                        "id": r.id,
+                        "instance_id": r.instance_id,
+                        "kind": r.kind,
+                        "name": r.name,
+                        "state": r.state,
+                        "token": r.token,
+                        "due_at": r.due_at,
+                        "payload": r.payload,
+                    }
+                )
                 for r in rows
             ]
         print(json.dumps(out, indent=2))
@@ -49,19 +52,23 @@ def _signals(client: Client, store: Store, args: argparse.Namespace) -> None:
                 "signals, newest first",
                 ["id", "due (UTC)", "instance", "kind", "name", "state", "token"],
                 [
-                    (r.id, _when(r.due_at), r.instance_id, r.kind, r.name, r.state, _token(r))
+                    (
+                        r.id,
+                        _when(r.due_at),
+                        r.instance_id,
+                        r.kind,
+                        r.name,
+                        r.state,
+                        token_label(r.token),
+                    )
                     for r in rows
                 ],
             )
         return
     print("  ".join(f"{k}={v}" for k, v in counts.items()))
     for r in rows:
-        token = "token" if r.token else "no token"
+        token = token_label(r.token)
         print(f"{r.id:>8} {_when(r.due_at)} {r.instance_id} {r.kind} {r.name!r} {r.state} {token}")
-
-
-def _token(r: Any) -> str:
-    return "token" if r.token else "no token"
 
 
 def _dead_letters(client: Client, args: argparse.Namespace) -> None:

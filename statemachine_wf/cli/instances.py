@@ -18,6 +18,7 @@ from ..client.machine import Client
 from ..core.audit import lifecycle
 from ..core.store import KIND_NAMES, Store, TypeKind
 from ..definition.events import Status
+from ..definition.wait_tokens import shown_event
 from ..errors import UnknownWorkflowType
 from . import output
 from .formatting import _event_dict, _json_arg, _record_dict, _when
@@ -76,7 +77,8 @@ def status(client: Client, store: Store, args: argparse.Namespace) -> None:
 
 
 def history(client: Client, args: argparse.Namespace) -> None:
-    events = client.history(args.id)
+    # Wait tokens hidden, in every form (as ``signals`` hides them): see wait_tokens.
+    events = [shown_event(e) for e in client.history(args.id)]
     if args.lifecycle and args.json:  # each event with its lifecycle name
         output.print_json([{"lifecycle": name, **_event_dict(e)} for name, e in lifecycle(events)])
     elif args.lifecycle:

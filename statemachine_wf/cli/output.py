@@ -24,6 +24,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 
 def tty() -> bool:
@@ -54,11 +55,18 @@ def table(
     *,
     show_header: bool = True,
 ) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold", show_header=show_header)
+    # Text, not str: a str given to rich is markup, and titles, headers and cells carry
+    # stored data (a payload's "[/x]" would raise MarkupError, "[link=...]" make a link).
+    t = Table(
+        title=None if title is None else Text(title),
+        title_justify="left",
+        header_style="bold",
+        show_header=show_header,
+    )
     for name in columns:
-        t.add_column(name, overflow="fold")
+        t.add_column(Text(name), overflow="fold")
     for row in rows:
-        t.add_row(*("-" if v is None else str(v) for v in row))
+        t.add_row(*(Text("-" if v is None else str(v)) for v in row))
     return t
 
 

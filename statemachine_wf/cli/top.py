@@ -19,7 +19,7 @@ from rich.live import Live
 from rich.text import Text
 
 from ..core.store import Store
-from ..dashboard.reads import Overview, overview
+from ..dashboard.reads import Overview, columns, overview
 from ..definition.events import Status
 from . import output
 from .formatting import _when
@@ -38,13 +38,7 @@ def frame(reads: Overview, *, now: float, window: float, bucket: float) -> dict[
     """What one frame shows, as plain data (``top --once --json`` prints it)."""
     since = now - window
     n = max(1, int(window // bucket))
-    series: dict[str, list[int]] = {"started": [0] * n, "finished": [0] * n}
-    for at, what, count in reads.throughput(since=since, bucket=bucket):
-        i = int((at - since) // bucket)
-        # The store's buckets start at multiples of ``bucket``, so the first begins before
-        # ``since`` (i = -1): clamped into the first column, not dropped.
-        if what in series:
-            series[what][min(max(i, 0), n - 1)] += count
+    series = columns(reads.throughput(since=since, bucket=bucket), since=since, bucket=bucket, n=n)
     minutes = window / 60
     counts = reads.status_counts()
     statuses = {s.value: counts.get(s.value, 0) for s in Status}  # every status, in order

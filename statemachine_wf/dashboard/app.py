@@ -11,6 +11,8 @@ are blocking and run in the thread pool. See :mod:`.security` for who may POST.
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
 from collections.abc import AsyncIterator, Sequence
 from importlib import resources
@@ -28,12 +30,17 @@ from starlette.templating import Jinja2Templates
 
 from statemachine_wf import Client, InstanceRecord, Status, Store, Workflow, WorkflowError
 from statemachine_wf.client.live import watch
+from statemachine_wf.definition.wait_tokens import shown_event
+from statemachine_wf.errors import NotFound, StoreUnavailable
 
 from . import graphs, metrics
 from .reads import overview
 from .security import CSRF_COOKIE, OPERATOR_COOKIE, Guard
 
+log = logging.getLogger("statemachine_wf.dashboard")
+
 PAGE = 50
+_SEQ = re.compile(r"[0-9]{1,18}")
 WINDOW, BUCKET = 3600.0, 60.0
 # The Client methods a POST may name: the action comes from the URL path, so it is looked
 # up only among these, never as any attribute of the client (delete, purge).
@@ -174,9 +181,11 @@ def create_app(
         def load() -> tuple[InstanceRecord | None, list[Any]]:
             # The id comes from the URL: a malformed one is InvalidId (a WorkflowError),
             # answered as not found like a well-formed id that names nothing.
+            # NotFound only: an outage (StoreUnavailable) is a 503 (see `unavailable`),
+            # never "no instance".
             try:
                 r = client.get(instance_id)
-            except WorkflowError:
+            except NotFound:
                 return None, []
             return r, client.history(instance_id)
 
@@ -189,7 +198,10 @@ def create_app(
                 title="Not found",
                 message=f"no instance {instance_id}",
             )
-        context: dict[str, Any] = {"r": record, "events": events}
+        # What the page prints has wait tokens hidden (as ``signals`` does); the graphs are
+        # drawn from the events as stored.
+        shown = [shown_event(e) for e in events]
+        context: dict[str, Any] = {"r": record, "events": shown}
         if record.kind == "dag":
             # The graph is drawn from the definition stored with the instance (its
             # WORKFLOW_CREATED event), not the latest saved version: that is what ran.
@@ -211,14 +223,22 @@ def create_app(
                     )
                 ),
                 from_spec=spec is not None,
-                reconciles=[e for e in events if e.event_type.startswith("RECONCILE")],
-                errors=[e for e in events if e.error],
+                reconciles=[e for e in shown if e.event_type.startswith("RECONCILE")],
+                errors=[e for e in shown if e.error],
             )
         return render(request, "instance.html", **context)
 
     async def stream(request: Request) -> Response:
         instance_id = request.path_params["id"]
-        after = int(request.query_params.get("after", "0") or 0)
+        raw = request.query_params.get("after", "") or "0"
+        # ASCII digits only, at most 18 (a seq is a bigint): int() would take "²"-like
+        # digits, spaces, "-1" and a 5,000-digit number, or fail with a 500.
+        if not _SEQ.fullmatch(raw):
+            return PlainTextResponse(
+                f"after must be a non-negative integer (an event seq), got {raw[:40]!r}",
+                status_code=400,
+            )
+        after = int(raw)
 
         async def feed() -> AsyncIterator[str]:
             # The browser reconnects after 2 s if the stream drops; it asks again from the
@@ -238,6 +258,9 @@ def create_app(
                         "at": _when(u.event.created_at),
                     }
                     yield f"id: {u.seq}\nevent: update\ndata: {json.dumps(data)}\n\n"
+            except StoreUnavailable:
+                # Not "gone": the stream just ends, and the browser reconnects (retry).
+                return
             except WorkflowError as exc:
                 yield f"event: gone\ndata: {json.dumps(str(exc))}\n\n"
                 return
@@ -267,6 +290,8 @@ def create_app(
         # turns the POST into a GET, so reloading the page does not repeat the action.
         try:
             await run_in_threadpool(run)
+        except StoreUnavailable:
+            raise  # not a refusal: a 503 (see `unavailable`)
         except (WorkflowError, ValueError) as exc:
             return render(request, "message.html", 409, title=f"{action} refused", message=str(exc))
         return RedirectResponse(f"/instances/{instance_id}", status_code=303)
@@ -282,6 +307,8 @@ def create_app(
         letter = int(request.path_params["letter"])
         try:
             await run_in_threadpool(lambda: client.redrive(letter, by="dashboard"))
+        except StoreUnavailable:
+            raise  # not a refusal: a 503 (see `unavailable`)
         except (WorkflowError, ValueError) as exc:
             return render(request, "message.html", 409, title="redrive refused", message=str(exc))
         return RedirectResponse("/dead-letters", status_code=303)
@@ -315,6 +342,25 @@ def create_app(
         response.delete_cookie(OPERATOR_COOKIE)
         return response
 
+    async def unavailable(request: Request, exc: Exception) -> Response:
+        # Any page or action while the database is away: a 503, not a 404 "no instance"
+        # nor a 409 "refused". The exception's text names the database's host and port:
+        # logged, not shown on a page anyone may read.
+        log.warning("dashboard: %s %s: %s", request.method, request.url.path, exc)
+        response = render(
+            request,
+            "message.html",
+            503,
+            title="Store unavailable",
+            message=(
+                "The store is unavailable: its database cannot be reached just now. "
+                "Try again shortly; after an action, reload the instance to see whether "
+                "it was applied."
+            ),
+        )
+        response.headers["Retry-After"] = "5"
+        return response
+
     async def metrics_page(request: Request) -> Response:
         body = await run_in_threadpool(metrics.scrape, reads, store)
         return PlainTextResponse(body, media_type=metrics.CONTENT_TYPE)
@@ -334,4 +380,4 @@ def create_app(
         Route("/metrics", metrics_page),
         Mount("/static", StaticFiles(directory=str(folder.joinpath("static"))), name="static"),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers={StoreUnavailable: unavailable})

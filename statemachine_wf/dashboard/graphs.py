@@ -20,6 +20,8 @@ from typing import Any
 
 from statemachine_wf import COMPLETED, EventRecord, WorkflowSpec
 
+from .reads import columns
+
 BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 150, 36, 60, 22, 16
 
 NODE_STATUS_BY_EVENT = {
@@ -200,11 +202,7 @@ def throughput_chart(
     """Started and finished instances per bucket, as two polylines over a time axis."""
     width, height, left, bottom = 640, 200, 40, 24
     n = max(1, int((now - since) // bucket) + 1)
-    series: dict[str, list[int]] = {"started": [0] * n, "finished": [0] * n}
-    for at, what, count in rows:
-        i = int((at - since) // bucket)
-        if what in series and 0 <= i < n:
-            series[what][i] += count
+    series = columns(rows, since=since, bucket=bucket, n=n)
     top = max(1, *series["started"], *series["finished"])
     step = (width - left - 8) / max(1, n - 1)
 

@@ -42,6 +42,23 @@ class Overview(Protocol):
     def dead_letter_counts(self) -> dict[str, int]: ...
 
 
+def columns(
+    rows: Sequence[tuple[float, str, int]], *, since: float, bucket: float, n: int
+) -> dict[str, list[int]]:
+    """:meth:`Overview.throughput` rows as ``n`` columns of ``bucket`` seconds from
+    ``since``: ``{"started": [...], "finished": [...]}`` (the chart's and ``top``'s).
+
+    The store's buckets start at multiples of ``bucket``, so the first begins before
+    ``since`` (column -1): it is counted in the first column, not dropped; a row past the
+    last column (a clock ahead) in the last. Every row in the window is counted once.
+    """
+    series: dict[str, list[int]] = {"started": [0] * n, "finished": [0] * n}
+    for at, what, count in rows:
+        if what in series:
+            series[what][min(max(int((at - since) // bucket), 0), n - 1)] += count
+    return series
+
+
 def overview(store: Store) -> Overview | None:
     """``store`` as an :class:`Overview`, or None when it lacks those reads."""
     return store if isinstance(store, Overview) else None

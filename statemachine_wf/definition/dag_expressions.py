@@ -11,7 +11,8 @@ at most :data:`MAX_EXPRESSION_CHARS` characters, :data:`MAX_EXPRESSION_NODES` sy
 nodes nested at most :data:`MAX_EXPRESSION_DEPTH` deep, no f-string format specs, and
 method calls only to the read-only methods in :data:`SAFE_METHODS` (no ``append``, no
 ``ljust``/``zfill``/``replace``/``join``/``format``). :func:`evaluate` runs the parsed
-form; runner threads never parse.
+form; runner threads never parse. On a mapping ``.name`` reads the key ``name`` (a node
+output called ``items`` is ``ctx.items``, not ``dict.items``); only a call is a method.
 
 Evaluation is pure and bounded. It sees a private copy of the context, so nothing it
 does reaches the runner's cached log. Every step is counted (at most
@@ -34,6 +35,9 @@ from typing import Any
 from simpleeval import (
     DEFAULT_FUNCTIONS,
     DEFAULT_OPERATORS,
+    DISALLOW_METHODS,
+    DISALLOW_PREFIXES,
+    AttributeDoesNotExist,
     EvalWithCompoundTypes,
     InvalidExpression,
     IterableTooLong,
@@ -258,6 +262,12 @@ class _Bounded(EvalWithCompoundTypes):  # type: ignore[misc]
     def __init__(self, names: dict[str, Any]) -> None:
         self.steps = 0
         self.built = 0
+        # The Attribute nodes that are called (``d.get(...)``): methods. Every other one
+        # on a dict reads a key (see _eval_attribute).
+        self._callees: set[int] = set()
+        # (node, value): an attribute's base already evaluated, handed to simpleeval's
+        # own _eval_attribute so that it is not evaluated twice.
+        self._known: tuple[ast.AST, Any] | None = None
         operators = dict(DEFAULT_OPERATORS)
         operators.update(
             {
@@ -271,6 +281,10 @@ class _Bounded(EvalWithCompoundTypes):  # type: ignore[misc]
         super().__init__(operators=operators, functions=dict(FUNCTIONS), names=names)
 
     def _eval(self, node: ast.AST) -> Any:
+        known = self._known
+        if known is not None and known[0] is node:
+            self._known = None
+            return known[1]
         self.steps += 1
         if self.steps > MAX_EVAL_STEPS:
             raise ExpressionLimit(f"more than {MAX_EVAL_STEPS} evaluation steps")
@@ -280,6 +294,30 @@ class _Bounded(EvalWithCompoundTypes):  # type: ignore[misc]
         if not isinstance(node, ast.Name | ast.Constant | ast.Attribute | ast.Subscript):
             self._charge(_size(result))
         return result
+
+    def _eval_call(self, node: ast.Call) -> Any:
+        if isinstance(node.func, ast.Attribute):
+            self._callees.add(id(node.func))
+        return super()._eval_call(node)
+
+    def _eval_attribute(self, node: ast.Attribute) -> Any:
+        # simpleeval tries getattr before the key, so on a dict ``ctx.items`` would be the
+        # bound method dict.items, not the node output "items" (and ``ctx.items == 3``
+        # quietly False). Here ``.name`` on a dict is its key "name", and a missing key an
+        # error; only a called one (``ctx.input.get("k")``) is the method. The dunder and
+        # forbidden-name checks run in simpleeval's method either way, before the key is read.
+        if node.attr.startswith(tuple(DISALLOW_PREFIXES)) or node.attr in DISALLOW_METHODS:
+            return super()._eval_attribute(node)  # raises FeatureNotAvailable
+        base = self._eval(node.value)
+        if isinstance(base, dict) and id(node) not in self._callees:
+            if node.attr in base:
+                return base[node.attr]
+            raise AttributeDoesNotExist(node.attr, self.expr)
+        self._known = (node.value, base)
+        try:
+            return super()._eval_attribute(node)
+        finally:
+            self._known = None  # consumed by then; never left for another node
 
     def _charge(self, n: int) -> None:
         self.built += n

@@ -19,6 +19,9 @@ from ..errors import WorkflowError
 
 # No braces inside: templates do not nest, and the path in them is only ever looked up.
 _EXPR = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+# A list index: ASCII digits with an optional minus, short enough for int() ("²" and
+# "--1" pass str.isdigit() after lstrip("-") but int() refuses them; an Arabic-Indic one it reads).
+_INDEX = re.compile(r"-?[0-9]{1,18}")
 
 
 class TemplateError(WorkflowError):
@@ -44,7 +47,7 @@ def lookup(path: str, ctx: Mapping[str, Any]) -> Any:
                 raise TemplateError(path, f"no key {part!r} in {walked} (keys: {known})")
             value = value[part]
         elif isinstance(value, list | tuple):
-            if not part.lstrip("-").isdigit() or not -len(value) <= int(part) < len(value):
+            if not _INDEX.fullmatch(part) or not -len(value) <= int(part) < len(value):
                 raise TemplateError(path, f"no index {part!r} in {walked} (length {len(value)})")
             value = value[int(part)]
         else:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreUnavailable
 from ._live import LiveHub, Subscription
 
 log = logging.getLogger("statemachine_wf.postgres.live")
@@ -89,7 +89,11 @@ class LiveListener:
         thread.start()
         if not ready.wait(self.connect_timeout):
             stopping.set()
-            raise StoreError(f"live updates: could not LISTEN on postgres: {self._error!r}")
+            # The database is away (or would not let us LISTEN) for the whole wait: the
+            # same as a pool that gives no connection in time.
+            raise StoreUnavailable(
+                f"live updates: could not LISTEN on postgres: {self._error!r}", lost=False
+            )
 
     def stop(self) -> None:
         """Close the connection (within a second); a later :meth:`start` opens a new one."""

@@ -109,13 +109,13 @@ def test_rebuild_many_and_purge_report_counts(
     assert client.list(status=[Status.COMPLETED]) == []
 
 
-def _on_a_terminal(argv: list[str], *args: str) -> str:
-    """The command's output on a pseudo-terminal 160 columns wide (stdout and stderr)."""
+def _on_a_terminal(argv: list[str], *args: str, columns: int = 160) -> str:
+    """The command's output on a pseudo-terminal ``columns`` wide (stdout and stderr)."""
     import pty
 
     leader, follower = pty.openpty()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWF_")}
-    env.update(PYTHONPATH=str(ROOT), COLUMNS="160", LINES="50", TERM="xterm")
+    env.update(PYTHONPATH=str(ROOT), COLUMNS=str(columns), LINES="50", TERM="xterm")
     proc = subprocess.Popen(
         [sys.executable, "-m", "statemachine_wf.cli", *argv, *args],
         stdin=subprocess.DEVNULL,

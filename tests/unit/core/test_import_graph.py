@@ -42,6 +42,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "definition.dag_models",
         "definition.dag_expressions",
         "definition.dag_templates",
+        "definition.wait_tokens",
     ),
     # Pure: no I/O, no clock, no randomness (checked below); `now` is passed in.
     "core": (
