@@ -49,7 +49,8 @@ from ._pglive import LiveListener  # needs psycopg: after the check above
 
 log = logging.getLogger("statemachine_wf.postgres")
 Q = queries("postgres")
-_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_MAX_SCHEMA = 63 - len("swf_wake_")
 
 
 @contextmanager
@@ -201,8 +202,15 @@ class PgConnections(SqlStore):
                 is away (the pool does not back off): the store is usable again about
                 this long after the database is back.
         """
-        if not _IDENT.match(schema):
+        if not _IDENT.fullmatch(schema):  # fullmatch: "$" would let a trailing newline in
             raise ValueError(f"schema must be a lowercase identifier, got {schema!r}")
+        if len(schema) > _MAX_SCHEMA:
+            # The wake channel swf_wake_<schema> is an identifier too: pg_notify refuses
+            # one over 63 bytes, which would fail every start of a longer schema.
+            raise ValueError(
+                f"schema must be at most {_MAX_SCHEMA} characters (its wake channel "
+                f"swf_wake_<schema> must fit PostgreSQL's 63-byte names), got {len(schema)}"
+            )
         if not pool_timeout > 0:
             raise ValueError(f"pool_timeout must be > 0 seconds, got {pool_timeout}")
         if not reconnect_interval > 0:

@@ -2,7 +2,8 @@
 PostgreSQL: events appended to a watched instance are announced on the channel the
 listener LISTENs on. They decide by characters while the limit is in bytes, which could
 differ only for a non-ASCII schema, and the store refuses any schema that is not an ASCII
-lowercase identifier before anything is created or notified."""
+lowercase identifier before anything is created or notified. It also refuses a schema
+over 54 characters, whose wake channel swf_wake_<schema> would not fit in 63 bytes."""
 
 from __future__ import annotations
 
@@ -14,24 +15,13 @@ import pytest
 from psycopg import sql
 
 from statemachine_wf import Client
-from statemachine_wf.errors import DataRejected
 from statemachine_wf.stores._pglive import live_channel
 from statemachine_wf.stores.postgres import PostgresStore
 from tests.plugins.stores import PG_DSN
 from tests.unit.core.workflows import ThreeSteps
 
-# Known defect, not fixed here (it needs stores/_pgconn.py, queries.sql and the wake
-# triggers of migrations 005/006/010): a schema of 55-63 characters, which the store
-# accepts, makes the wake channel 'swf_wake_<schema>' longer than 63 bytes, so pg_notify
-# refuses it and every start fails ("channel name too long") before any live event.
-_WAKE = pytest.mark.xfail(
-    strict=True,
-    raises=DataRejected,
-    reason="swf_wake_<schema> over 63 bytes: pg_notify refuses every start",
-)
 
-
-@pytest.fixture(params=[54, pytest.param(55, marks=_WAKE), pytest.param(63, marks=_WAKE)])
+@pytest.fixture(params=[9, 54])
 def long_schema(request: pytest.FixtureRequest) -> Iterator[str]:
     head = f"swf_t_{uuid.uuid4().hex[:12]}_"
     schema = (head + "x" * 63)[: request.param]
@@ -67,7 +57,23 @@ def test_a_watched_instance_is_announced_on_the_listeners_channel(long_schema: s
         store.close()
 
 
-@pytest.mark.parametrize("schema", ["é" * 30, "swf_" + "ü" * 20, "Swf"])
+@pytest.mark.parametrize("schema", ["é" * 30, "swf_" + "ü" * 20, "Swf", "swf\n"])
 def test_a_schema_that_is_not_an_ascii_identifier_is_refused(schema: str) -> None:
     with pytest.raises(ValueError, match="schema must be a lowercase identifier"):
         PostgresStore(PG_DSN, schema=schema)
+
+
+@pytest.mark.parametrize("length", [55, 63])
+def test_a_schema_whose_wake_channel_would_not_fit_is_refused_before_anything(
+    length: int,
+) -> None:
+    """swf_wake_<schema> must fit PostgreSQL's 63-byte names: pg_notify refuses a longer
+    channel, which would have failed every start. Refused with the reason, nothing made."""
+    schema = (f"swf_t_{uuid.uuid4().hex[:12]}_" + "x" * 63)[:length]
+    with pytest.raises(ValueError, match="at most 54 characters"):
+        PostgresStore(PG_DSN, schema=schema)
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+        ).fetchone()
+    assert found is None
