@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..definition.limits import MAX_JSON_DEPTH, nests_deeper
+from ..definition.wait_tokens import hide_token
 
 
 def _when(ts: float) -> str:
@@ -68,5 +69,6 @@ def _record_dict(r: Any) -> dict[str, Any]:
         "progress": r.progress,
         "error": r.error,
         "cancel_requested": r.cancel_requested,
-        "waiting": r.wait,
+        # A wait's token can be an approval link's secret: shown as signals shows it.
+        "waiting": None if r.wait is None else hide_token(r.wait),
     }

@@ -96,3 +96,21 @@ def test_dashboard_instance_page_hides_the_wait_token(store: Store) -> None:
     assert "STEP_WAITING" in page.text
     assert token not in page.text
     assert "tokened" in page.text
+
+
+def test_status_and_list_show_the_wait_without_its_token(
+    store: Store, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    instance_id, token = _waiting(store)
+    capsys.readouterr()
+    for command in (["status", instance_id, "--json"], ["list", "--json"]):
+        assert main([*argv, *command]) == 0
+        text = capsys.readouterr().out
+        assert token not in text
+        shown = json.loads(text)
+        record = (
+            shown if isinstance(shown, dict) else next(r for r in shown if r["id"] == instance_id)
+        )
+        assert record["waiting"]["tokened"] is True
+        assert "token" not in record["waiting"]
+        assert record["waiting"]["name"] == "reply"  # the rest of the wait as it is
