@@ -501,8 +501,9 @@ def failed(
     message = error.get("message", "")
     dead_letter = None
     # A dead letter only when retries ran out: a failure that was never retried (a Fail,
-    # bad config) is an outcome, not poison, as a state machine's Fail is.
-    if failures > 1:
+    # bad config) is an outcome, not poison, as a state machine's Fail is. So is a Fail
+    # that follows retryable failures: the node said what it is, retries did not run out.
+    if retryable and failures > 1:
         message = f"retries exhausted after {failures} failures: {message}"
         dead_letter = f"node {node!r}: {message}"
     info = {**error, "message": message, "recoverable": False}

@@ -33,7 +33,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from simpleeval import (
-    DEFAULT_FUNCTIONS,
     DEFAULT_OPERATORS,
     DISALLOW_METHODS,
     DISALLOW_PREFIXES,
@@ -55,10 +54,15 @@ SAFE_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "all": all,
     "sorted": sorted,
 }
-"""Functions a condition expression may call beside simpleeval's defaults."""
+"""Functions a condition expression may call (with ``int``, ``float``, ``str``)."""
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
-    **DEFAULT_FUNCTIONS,
+    # simpleeval's defaults without rand and randint: a condition decides a branch, and
+    # the interpreter that evaluates it is pure (no clock, no randomness), so the same
+    # log always dispatches the same way.
+    "int": int,
+    "float": float,
+    "str": str,
     **SAFE_FUNCTIONS,
     # EvalWithCompoundTypes adds these itself; listed so the name check knows them.
     "list": list,

@@ -315,3 +315,12 @@ def test_exclusive_branches_inside_one_loop_body_are_refused() -> None:
     b.edge("lp", "e", handle="done")
     with pytest.raises(DefinitionError, match="node 'j': an 'all' join that can never fire"):
         b.build()
+
+
+@pytest.mark.parametrize("text", ["rand() > 0.5", "randint(2) == 1"])
+def test_a_condition_may_not_draw_random_numbers(text: str) -> None:
+    """A condition decides a branch in the pure interpreter: the same log must always
+    dispatch the same way, so simpleeval's rand and randint are not among its names."""
+    with pytest.raises(expr_mod.ExpressionProblem, match="rand"):
+        expr_mod.compile_expression(text)
+    assert expr_mod.evaluate(expr_mod.compile_expression("int('3') + 1"), "", {}) == 4

@@ -88,3 +88,29 @@ def test_a_delay_and_an_error_handle_are_recorded_and_the_delay_reaches_the_task
     assert decision.events[0].payload["try"] == 3
     assert sorted(t.node for t in decision.dispatch) == ["b0", "b1"]
     assert {t.delay for t in decision.dispatch} == {5.0}
+
+
+def test_retries_run_out_is_a_dead_letter_and_a_fail_after_retries_is_not() -> None:
+    """A node that kept failing retryably is poison (dead-lettered, "retries exhausted");
+    a node that fails with a non-retryable error after earlier retryable failures has
+    said what it is: FAILED with its own message, no dead letter, retries never ran out."""
+    policy = GRAPH.nodes["n0"].retry_policy()
+    last = policy.max_attempts - 1  # failures before the last allowed try
+    ran_out = interpret.failed(
+        GRAPH, "n0", 1, {"message": "flaky"},
+        failures=last, retryable=True, status=Status.RUNNING,
+    )  # fmt: skip
+    assert ran_out is not None
+    assert ran_out.status == Status.FAILED
+    assert ran_out.dead_letter == f"node 'n0': retries exhausted after {last + 1} failures: flaky"
+    assert Ev.DEAD_LETTERED in [e.event_type for e in ran_out.events]
+    said = interpret.failed(
+        GRAPH, "n0", 1, {"message": "refused"},
+        failures=1, retryable=False, status=Status.RUNNING,
+    )  # fmt: skip
+    assert said is not None
+    assert said.status == Status.FAILED
+    assert said.dead_letter is None
+    assert said.error is not None
+    assert said.error["message"] == "refused"
+    assert Ev.DEAD_LETTERED not in [e.event_type for e in said.events]
