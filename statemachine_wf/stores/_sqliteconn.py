@@ -145,6 +145,11 @@ class SQLiteConnections(SqlStore):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")  # validated above
             conn.execute("PRAGMA foreign_keys=ON")
+            # Statement journals and the claim's TEMP table in memory, not in temp files: a
+            # write that follows others in a group-commit transaction journals the pages
+            # they dirtied, and on files that made the claim script ~2x slower (bench/README.md,
+            # "SQLite: temp_store=MEMORY").
+            conn.execute("PRAGMA temp_store=MEMORY")
         with self._lock:
             self._conns.append(conn)
         return conn
