@@ -279,6 +279,13 @@ def _parser() -> argparse.ArgumentParser:
         help="the secret that enables cancel/resume/retry/signal/redrive "
         "(env SWF_OPERATOR_TOKEN; default: none, read-only)",
     )
+    db.add_argument(
+        "--session-max-age",
+        type=float,
+        default=env.dashboard_session_max_age,
+        metavar="SECONDS",
+        help="how long an operator's sign-in lasts (env SWF_DASHBOARD_SESSION_MAX_AGE)",
+    )
     # The CLI tools: DAG definitions from files, and the live terminal view.
     dag.add_parser(command, env)
     top.add_parser(command)

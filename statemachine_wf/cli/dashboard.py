@@ -27,7 +27,12 @@ def dashboard(
             "the dashboard needs the 'dashboard' extra: "
             f"pip install 'statemachine_wf[dashboard]' ({exc})"
         ) from exc
-    app = create_app(store, operator_token=args.operator_token, workflows=workflows)
+    app = create_app(
+        store,
+        operator_token=args.operator_token,
+        workflows=workflows,
+        session_max_age=args.session_max_age,
+    )
     mode = "operator actions enabled" if args.operator_token else "read-only"
     print(f"dashboard on http://{args.host}:{args.port}/ ({mode})", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -35,7 +36,7 @@ from statemachine_wf.errors import NotFound, StoreUnavailable
 
 from . import graphs, metrics
 from .reads import overview
-from .security import CSRF_COOKIE, OPERATOR_COOKIE, Guard
+from .security import CSRF_COOKIE, DEFAULT_SESSION_MAX_AGE, OPERATOR_COOKIE, Guard
 
 log = logging.getLogger("statemachine_wf.dashboard")
 
@@ -66,13 +67,15 @@ def create_app(
     operator_token: str | None = None,
     workflows: Sequence[type[Workflow[Any, Any]]] = (),
     resync: float = 5.0,
+    session_max_age: float = DEFAULT_SESSION_MAX_AGE,
 ) -> Starlette:
     """The dashboard over ``store``; read-only unless ``operator_token`` is given.
 
     ``workflows``: classes whose state graphs are drawn from their specs (other types are
     drawn from their logs). ``resync``: seconds a live stream waits before re-reading.
+    ``session_max_age``: seconds an operator's sign-in lasts (default 12 hours).
     """
-    guard = Guard(operator_token)
+    guard = Guard(operator_token, session_max_age)
     client = Client(store, workflows)
     reads = overview(store)
     specs = {w.spec().workflow_type: w.spec() for w in workflows}
@@ -332,12 +335,24 @@ def create_app(
         if not guard.token_matches(str(form.get("token") or "")):
             return render(request, "login.html", 403, failed=True)
         response = RedirectResponse("/", status_code=303)
+        # max_age: the browser drops it when the server would refuse it anyway.
         response.set_cookie(
-            OPERATOR_COOKIE, guard.session_value(), httponly=True, samesite="strict"
+            OPERATOR_COOKIE,
+            guard.session_value(),
+            max_age=math.ceil(guard.session_max_age),
+            httponly=True,
+            samesite="strict",
         )
         return response
 
     async def logout(request: Request) -> Response:
+        # The CSRF check of every other POST: another site's form must not sign the
+        # operator out. Signed in or not does not matter (an expired session may sign out).
+        form = await request.form()
+        if not guard.csrf_ok(request, form.get("csrf")):
+            return render(
+                request, "message.html", 403, title="Refused", message="the CSRF check failed"
+            )
         response = RedirectResponse("/", status_code=303)
         response.delete_cookie(OPERATOR_COOKIE)
         return response

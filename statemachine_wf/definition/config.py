@@ -8,6 +8,7 @@ a signer's key, from variables their caller names).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ DEFAULT_URL = "sqlite:///statemachine_wf.db"
 DEFAULT_SCHEMA = "public"
 DEFAULT_MAX_DAG_BYTES = 2 * 1024 * 1024
 DEFAULT_MAX_DAG_NODES = 10_000
+DEFAULT_DASHBOARD_SESSION_MAX_AGE = 12 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,8 @@ class Config:
             ``SWF_MAX_DAG_NODES``.
         operator_token: the secret that lets ``statemachine-wf dashboard`` change
             instances (None: the dashboard is read-only). Env: ``SWF_OPERATOR_TOKEN``.
+        dashboard_session_max_age: seconds an operator's sign-in to the dashboard lasts
+            (default 12 hours). Env: ``SWF_DASHBOARD_SESSION_MAX_AGE``.
     """
 
     database_url: str = field(default=DEFAULT_URL, repr=False)  # may hold a password
@@ -71,6 +75,7 @@ class Config:
     max_dag_bytes: int = DEFAULT_MAX_DAG_BYTES
     max_dag_nodes: int = DEFAULT_MAX_DAG_NODES
     operator_token: str | None = field(default=None, repr=False)  # a secret
+    dashboard_session_max_age: float = DEFAULT_DASHBOARD_SESSION_MAX_AGE
 
     def __post_init__(self) -> None:
         # Checked when the value is built, so a bad SWF_* variable stops the CLI at start
@@ -92,6 +97,13 @@ class Config:
         # The smallest runnable DAG has a start node and an end node.
         if self.max_dag_nodes < 2:
             raise ValueError(f"max_dag_nodes must be >= 2, got {self.max_dag_nodes}")
+        if not (
+            math.isfinite(self.dashboard_session_max_age) and self.dashboard_session_max_age > 0
+        ):
+            raise ValueError(
+                "dashboard_session_max_age must be > 0 seconds, "
+                f"got {self.dashboard_session_max_age}"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -121,6 +133,9 @@ class Config:
                 max_dag_bytes=cls.dag_limit_from_env("SWF_MAX_DAG_BYTES", env),
                 max_dag_nodes=cls.dag_limit_from_env("SWF_MAX_DAG_NODES", env),
                 operator_token=env.get("SWF_OPERATOR_TOKEN") or None,
+                dashboard_session_max_age=float(
+                    env.get("SWF_DASHBOARD_SESSION_MAX_AGE") or DEFAULT_DASHBOARD_SESSION_MAX_AGE
+                ),
             )
         except ValueError as exc:
             raise ValueError(f"bad SWF_* setting: {exc}") from exc
