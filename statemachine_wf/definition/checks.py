@@ -39,20 +39,30 @@ MAX_PRIORITY = 2**31 - 1
 
 
 def check_id(instance_id: Any, name: str = "instance_id") -> str:
-    """``instance_id`` as given, if it is a UUID string; else :class:`InvalidId`.
+    """``instance_id`` as given, if it is a UUID in its canonical form (lowercase hex,
+    hyphenated, as ``str(uuid.UUID(...))`` writes it); else :class:`InvalidId`.
 
     Every Client and DagClient method taking an instance id checks it first, so a
     malformed id is the same error on both stores (never a driver error, never NotFound).
+    Other spellings of a UUID (upper case, braces, ``urn:uuid:``, no hyphens) are refused
+    too, naming the canonical form: PostgreSQL's ``uuid`` column would read them as that
+    id, but SQLite keeps ids as text, where they name no instance, so one call would find
+    an instance on one store and not on the other (and a start would store another id).
     """
     # uuid.UUID's forms run from 32 characters (bare hex) to 45 ("urn:uuid:..."): any
     # other length is refused without being parsed.
     if isinstance(instance_id, str) and 32 <= len(instance_id) <= 45:
         try:
-            uuid.UUID(instance_id)
+            canonical = str(uuid.UUID(instance_id))
         except ValueError:
             pass
         else:
-            return instance_id
+            if instance_id == canonical:
+                return instance_id
+            raise InvalidId(
+                f"no workflow instance {instance_id!r}: {name} must be a UUID in its "
+                f"canonical form, lowercase and hyphenated: {canonical!r}"
+            )
     # The message quotes a short string (a mistyped id is worth seeing) but only the type
     # of anything else, so a large or odd value never lands in a log line.
     shown = instance_id if isinstance(instance_id, str) and len(instance_id) <= 60 else None

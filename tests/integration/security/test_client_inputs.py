@@ -145,6 +145,34 @@ def test_an_id_that_is_not_a_uuid_is_one_error_everywhere(store: Store, value: A
     assert written(store) == before
 
 
+def _other_spellings(iid: str) -> list[str]:
+    """Spellings uuid.UUID reads as ``iid`` that are not its canonical text."""
+    u = uuid.UUID(iid)
+    return [iid.upper(), "{" + iid + "}", u.urn, u.hex, iid[:8] + iid[9:]]
+
+
+def test_other_spellings_of_a_uuid_are_refused_alike_on_both_stores(store: Store) -> None:
+    """Before: PostgreSQL's uuid column read ``ID.upper()``, ``{id}``, ``urn:uuid:id`` and
+    the bare hex as the instance, SQLite's text column found nothing (and a start stored
+    the spelling as given); now both refuse them, naming the canonical form."""
+    client, dags = Client(store, [Counted]), DagClient(store)
+    iid = client.start(Counted, In())
+    fresh = str(uuid.uuid4())
+    before = written(store)
+    for spelling in [*_other_spellings(iid), *_other_spellings(fresh)]:
+        canonical = str(uuid.UUID(spelling))
+        for call in _id_calls(client, dags):
+            with pytest.raises(
+                InvalidId, match="instance_id must be a UUID in its canonical"
+            ) as info:
+                call(spelling)
+            assert repr(canonical) in str(info.value)
+            assert isinstance(info.value, InputError)
+    assert written(store) == before
+    assert client.get(iid).status == Status.PENDING
+    assert not client.get(iid).cancel_requested
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
