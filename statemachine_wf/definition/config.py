@@ -92,11 +92,11 @@ class Config:
             raise ValueError(
                 f"reconnect_interval must be > 0 seconds, got {self.reconnect_interval}"
             )
-        if self.max_dag_bytes < 1:
-            raise ValueError(f"max_dag_bytes must be >= 1, got {self.max_dag_bytes}")
-        # The smallest runnable DAG has a start node and an end node.
-        if self.max_dag_nodes < 2:
-            raise ValueError(f"max_dag_nodes must be >= 2, got {self.max_dag_nodes}")
+        # The size limits follow one rule, also when read from their variables.
+        if self.max_payload_bytes is not None:
+            _check_limit("max_payload_bytes", self.max_payload_bytes)
+        _check_limit("max_dag_bytes", self.max_dag_bytes)
+        _check_limit("max_dag_nodes", self.max_dag_nodes)
         if not (
             math.isfinite(self.dashboard_session_max_age) and self.dashboard_session_max_age > 0
         ):
@@ -149,16 +149,16 @@ class Config:
     @staticmethod
     def payload_limit_from_env(env: Mapping[str, str] | None = None) -> int | None:
         """``SWF_MAX_PAYLOAD_BYTES`` if set (validated), else None."""
-        return _limit_from_env(os.environ if env is None else env, "SWF_MAX_PAYLOAD_BYTES", 1)
+        return _limit_from_env(os.environ if env is None else env, "max_payload_bytes")
 
     @staticmethod
     def dag_limit_from_env(name: str, env: Mapping[str, str] | None = None) -> int:
         """``SWF_MAX_DAG_BYTES`` or ``SWF_MAX_DAG_NODES`` (validated), else its default."""
-        default = {
-            "SWF_MAX_DAG_BYTES": DEFAULT_MAX_DAG_BYTES,
-            "SWF_MAX_DAG_NODES": DEFAULT_MAX_DAG_NODES,
+        field, default = {
+            "SWF_MAX_DAG_BYTES": ("max_dag_bytes", DEFAULT_MAX_DAG_BYTES),
+            "SWF_MAX_DAG_NODES": ("max_dag_nodes", DEFAULT_MAX_DAG_NODES),
         }[name]
-        limit = _limit_from_env(os.environ if env is None else env, name, 2)
+        limit = _limit_from_env(os.environ if env is None else env, field)
         return default if limit is None else limit
 
     def store_options(self) -> dict[str, Any]:
@@ -174,17 +174,36 @@ class Config:
         }
 
 
-def _limit_from_env(env: Mapping[str, str], name: str, low: int) -> int | None:
-    """The whole number in ``env[name]`` (from ``low`` to 10**18 - 1), or None if unset."""
-    raw = env.get(name)
+# The size limits: each field's variable and floor. One rule for a value given to Config
+# and for one read from the variable, with one message naming both.
+_LIMITS = {
+    "max_payload_bytes": ("SWF_MAX_PAYLOAD_BYTES", 1),
+    "max_dag_bytes": ("SWF_MAX_DAG_BYTES", 1),
+    # The smallest runnable DAG has a start node and an end node.
+    "max_dag_nodes": ("SWF_MAX_DAG_NODES", 2),
+}
+
+
+def _check_limit(field: str, value: object) -> int:
+    """``value`` if it is a whole number from the field's floor to 10**18 - 1."""
+    variable, low = _LIMITS[field]
+    # At most 18 digits: the wf_settings row that migrate copies the payload limit into
+    # is checked against ^[1-9][0-9]{0,17}$ and read as a bigint by the SQL contract.
+    # bool is an int subclass: True would pass as 1 without the first test.
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 10**18:
+        raise ValueError(
+            f"{field} / {variable} must be an integer from {low} to 10**18 - 1, got {value!r}"
+        )
+    return value
+
+
+def _limit_from_env(env: Mapping[str, str], field: str) -> int | None:
+    """The limit in the field's variable (checked by :func:`_check_limit`), None if unset."""
+    raw = env.get(_LIMITS[field][0])
     if not raw:
         return None
     try:
-        limit = int(raw)
+        value: object = int(raw)
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
-    # At most 18 digits: the wf_settings row that migrate copies the payload limit into
-    # is checked against ^[1-9][0-9]{0,17}$ and read as a bigint by the SQL contract.
-    if not low <= limit < 10**18:
-        raise ValueError(f"{name} must be from {low} to 10**18 - 1, got {limit}")
-    return limit
+        value = raw  # not a number: refused below, quoting the text
+    return _check_limit(field, value)
