@@ -32,12 +32,14 @@ The tree::
 Adapters root their own errors here too
 (``statemachine_wf.adapters.ethereum.errors.ChainError`` is a ``WorkflowError``), so
 ``except WorkflowError`` catches everything the SDK raises.
-Each class docstring is its default message.
+An error made without a message takes the first paragraph of its class docstring, on one
+line (``str(NotFound())`` is ``No such workflow instance.``), never the whole docstring.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 MAX_DURATION = 100 * 365.25 * 86400.0
@@ -59,11 +61,21 @@ def check_duration(name: str, seconds: float) -> float:
     return value
 
 
+def _default_message(cls: type) -> str:
+    """The first paragraph of ``cls``'s own docstring on one line, else its name.
+
+    Only the first paragraph: the rest of a docstring (attributes, how the runtime
+    handles the error) is documentation, not a message for a log line or a stored error.
+    """
+    paragraph = re.split(r"\n\s*\n", (cls.__doc__ or "").strip(), maxsplit=1)[0]
+    return " ".join(paragraph.split()) or cls.__name__
+
+
 class WorkflowError(Exception):
     """A statemachine_wf error."""
 
     def __init__(self, message: str | None = None, **attrs: Any) -> None:
-        self.message = message or (type(self).__doc__ or type(self).__name__).strip()
+        self.message = message or _default_message(type(self))
         # Extra keyword arguments become attributes (InputError's path and problem), so a
         # caller reads the parts without parsing the message.
         for key, value in attrs.items():
