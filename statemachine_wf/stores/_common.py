@@ -118,16 +118,7 @@ def waiting_params(state: Projection, encode: Encode) -> dict[str, Any]:
 
 
 def event_dicts(decision: Decision) -> list[dict[str, Any]]:
-    return [
-        {
-            "node": e.node,
-            "event_type": str(e.event_type),
-            "attempt": e.attempt,
-            "payload": e.payload,
-            "error": e.error,
-        }
-        for e in decision.events
-    ]
+    return new_event_dicts(decision.events)
 
 
 def new_event_dicts(events: tuple[NewEvent, ...]) -> list[dict[str, Any]]:
