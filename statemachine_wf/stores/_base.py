@@ -52,7 +52,8 @@ from ..core.store import (
 )
 from ..core.waits import NewSignal, SignalRecord
 from ..definition.events import EventRecord, NewEvent, Status
-from ..errors import ConcurrencyConflict, InvalidState, StoreError, TypeKindConflict
+from ..definition.limits import configured_max_payload_bytes
+from ..errors import ConcurrencyConflict, InvalidState, SchemaTooNew, StoreError, TypeKindConflict
 from ._common import (
     event_record,
     incarnation_prefix,
@@ -64,6 +65,7 @@ from ._common import (
     signal_record,
     task_record,
 )
+from ._sql import migrations
 
 Row = Any
 """A row as the driver returns it: ``sqlite3.Row`` or psycopg's ``dict_row``; both are
@@ -167,6 +169,36 @@ class SqlBase(ABC):
 
     def _json(self, value: Any) -> Any:
         return value if self.json_decoded else json.loads(value)
+
+    def _migrate_on(
+        self,
+        conn: Any,
+        run_script: Callable[[str], object],
+        on_migration: Callable[[int, int], None] | None,
+    ) -> int:
+        """What ``migrate`` does in either dialect, on ``conn`` inside the dialect's
+        transaction: every pending migration script (run by ``run_script``) in order, each
+        recorded; then this process's payload limit for the SQL side. The newest version
+        this package knows (SchemaTooNew when the database is at a newer one)."""
+        self._run(conn, "migrations_create_table", {})
+        done = {int(r["version"]) for r in self._run(conn, "migrations_applied", {}).fetchall()}
+        scripts = migrations(self.dialect)
+        known = max((n for n, _ in scripts), default=0)
+        if done and max(done) > known:
+            raise SchemaTooNew(max(done), known)
+        pending = [(n, script) for n, script in scripts if n not in done]
+        if on_migration is not None:
+            on_migration(0, len(pending))
+        for applied, (number, script) in enumerate(pending, start=1):
+            run_script(script)
+            self._run(conn, "migration_record", self._params(version=number))
+            if on_migration is not None:
+                on_migration(applied, len(pending))
+        limit = configured_max_payload_bytes()
+        if limit is not None:
+            setting = self._params(name="max_payload_bytes", value=str(limit))
+            self._run(conn, "set_setting", setting)
+        return known
 
     # -- InstanceLog ------------------------------------------------------------------
     def _create_params(self, new: NewInstance) -> dict[str, Any]:

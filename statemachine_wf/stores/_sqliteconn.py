@@ -17,12 +17,10 @@ import json
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
-from ..definition.limits import configured_max_payload_bytes
 from ..errors import (
     ConcurrencyConflict,
     DataRejected,
@@ -34,7 +32,7 @@ from ..errors import (
 from ._common import Wakeup, dumps
 from ._decisions import SqlStore
 from ._live import LiveHub, Subscription
-from ._sql import migrations, queries, split_statements
+from ._sql import queries, split_statements
 
 Q = queries("sqlite")
 _SCRIPTS = {name: split_statements(text) for name, text in Q.items()}
@@ -384,36 +382,19 @@ class SQLiteConnections(SqlStore):
     def migrate(self, on_migration: Callable[[int, int], None] | None = None) -> int:
         self._migrated = True
         conn = self._conn()
+
+        def run_script(script: str) -> None:
+            for statement in split_statements(script):
+                conn.execute(statement)
+
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS wf_schema_migrations "
-                "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
-            )
-            done = {r[0] for r in conn.execute("SELECT version FROM wf_schema_migrations")}
-            known = max((n for n, _ in migrations("sqlite")), default=0)
-            if done and max(done) > known:
-                conn.execute("ROLLBACK")
-                raise SchemaTooNew(max(done), known)
-            pending = [(n, script) for n, script in migrations("sqlite") if n not in done]
-            if on_migration is not None:
-                on_migration(0, len(pending))
-            for applied, (number, script) in enumerate(pending, start=1):
-                for statement in split_statements(script):
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO wf_schema_migrations VALUES (?, ?)", (number, time.time())
-                )
-                if on_migration is not None:
-                    on_migration(applied, len(pending))
-            limit = configured_max_payload_bytes()
-            if limit is not None:
-                conn.execute(
-                    Q["set_setting"],
-                    {"name": "max_payload_bytes", "value": str(limit), "now": time.time()},
-                )
+            version = self._migrate_on(conn, run_script, on_migration)
             conn.execute("COMMIT")
+        except SchemaTooNew:
+            conn.execute("ROLLBACK")
+            raise
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK")
             raise MigrationError(f"sqlite migration failed: {exc}") from exc
-        return max((n for n, _ in migrations("sqlite")), default=0)
+        return version

@@ -849,6 +849,17 @@ DELETE FROM wf_live_watches WHERE token = %(token)s;
 DELETE FROM wf_live_watches w USING wf_instances i
 WHERE i.id = w.instance_id AND i.status IN ('COMPLETED', 'FAILED', 'CANCELLED');
 
+-- name: migrations_create_table
+-- The migrations' own bookkeeping (SqlBase._migrate_on): one row per applied migration.
+CREATE TABLE IF NOT EXISTS wf_schema_migrations
+(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+
+-- name: migrations_applied
+SELECT version FROM wf_schema_migrations;
+
+-- name: migration_record
+INSERT INTO wf_schema_migrations (version) VALUES (%(version)s);
+
 -- name: set_setting
 INSERT INTO wf_settings (name, value) VALUES (%(name)s, %(value)s)
 ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = now()

@@ -652,6 +652,17 @@ WHERE id IN (SELECT id FROM wf_instances
              ORDER BY created_at LIMIT :batch)
 RETURNING id;
 
+-- name: migrations_create_table
+-- The migrations' own bookkeeping (SqlBase._migrate_on): one row per applied migration.
+CREATE TABLE IF NOT EXISTS wf_schema_migrations
+(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL);
+
+-- name: migrations_applied
+SELECT version FROM wf_schema_migrations;
+
+-- name: migration_record
+INSERT INTO wf_schema_migrations VALUES (:version, :now);
+
 -- name: set_setting
 INSERT INTO wf_settings (name, value, updated_at) VALUES (:name, :value, :now)
 ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at
