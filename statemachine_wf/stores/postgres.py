@@ -108,14 +108,12 @@ class PostgresStore(PgConnections):
 
     def _live_unwatch(self, sub: Subscription) -> None:
         try:
-            with self._conn() as conn:
-                conn.execute(Q["live_unwatch"], {"token": sub.token})
+            self._write_count("live_unwatch", token=sub.token)
         except StoreError as exc:  # the row only costs notifications until it is swept
             log.warning("live: could not unregister watcher of %s: %s", sub.instance_id, exc)
 
     def _live_sweep(self) -> None:
-        with self._conn() as conn:
-            conn.execute(Q["live_sweep"])
+        self._write_count("live_sweep")
 
     # -- signals and timers ---------------------------------------------------------------
     def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:
