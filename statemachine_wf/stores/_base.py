@@ -55,6 +55,7 @@ from ..definition.events import EventRecord, NewEvent, Status
 from ..definition.limits import configured_max_payload_bytes
 from ..errors import ConcurrencyConflict, InvalidState, SchemaTooNew, StoreError, TypeKindConflict
 from ._common import (
+    Wakeup,
     event_record,
     incarnation_prefix,
     instance_record,
@@ -144,6 +145,14 @@ class SqlBase(ABC):
     @abstractmethod
     def _kind_conflict(self, exc: Exception) -> bool:
         """Whether a driver error is the one-kind trigger's refusal (migration 011)."""
+
+    _wakeup: Wakeup
+    """How this process's idle workers sleep (``wait_for_work``); the dialect makes it."""
+
+    @abstractmethod
+    def _start_watching(self) -> None:
+        """Make sure this process hears of work other processes make due (SQLite: the
+        ``data_version`` watcher; PostgreSQL: the LISTEN thread); cheap when it does."""
 
     # -- helpers ----------------------------------------------------------------------
     def _read_one(self, name: str, /, **params: Any) -> Row | None:
@@ -387,6 +396,16 @@ class SqlBase(ABC):
     def wake_parent(self, child_id: str) -> None:
         self._write_all("wake_parent", id=child_id)
         self._made_due()
+
+    def wait_for_work(self, timeout: float) -> bool:
+        self._start_watching()
+        return self._wakeup.wait(timeout)
+
+    def nudge(self) -> None:
+        self._wakeup.nudge()
+
+    def wake(self) -> None:
+        self._wakeup.wake_all()
 
     # -- Locks --------------------------------------------------------------------------
     def acquire_lock(self, key: str, instance_id: str) -> str:

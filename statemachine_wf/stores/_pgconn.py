@@ -414,18 +414,9 @@ class PgConnections(SqlStore):
             self._listener.join(timeout=5)
         self._pool.close()
 
-    def wait_for_work(self, timeout: float) -> bool:
-        if self._listen and self._listener is None:
-            self._start_listener()
-        return self._wakeup.wait(timeout)
-
-    def nudge(self) -> None:
-        self._wakeup.nudge()
-
-    def wake(self) -> None:
-        self._wakeup.wake_all()
-
-    def _start_listener(self) -> None:
+    def _start_watching(self) -> None:
+        if not self._listen or self._listener is not None:
+            return
         with self._listener_lock:
             if self._listener is not None:
                 return

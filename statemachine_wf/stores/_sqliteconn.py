@@ -128,7 +128,7 @@ class SQLiteConnections(SqlStore):
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
         self._migrated = False
-        self._live = LiveHub(start=self._ensure_watcher, register=self._live_watch)
+        self._live = LiveHub(start=self._start_watching, register=self._live_watch)
 
     # -- connections ------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
@@ -277,7 +277,6 @@ class SQLiteConnections(SqlStore):
         self._appended[instance_id] = seq  # published after the COMMIT (see _commit)
 
     # -- the primitives of SqlStore ------------------------------------------------------
-    # -- the primitives of SqlStore ------------------------------------------------------
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
         with wrap_errors():
@@ -341,17 +340,7 @@ class SQLiteConnections(SqlStore):
         self._local = threading.local()
         self._wconn = None
 
-    def wait_for_work(self, timeout: float) -> bool:
-        self._ensure_watcher()
-        return self._wakeup.wait(timeout)
-
-    def nudge(self) -> None:
-        self._wakeup.nudge()
-
-    def wake(self) -> None:
-        self._wakeup.wake_all()
-
-    def _ensure_watcher(self) -> None:
+    def _start_watching(self) -> None:
         # One thread per store notices other processes' commits through PRAGMA
         # data_version (a shared-memory read, no query) and wakes one worker.
         with self._lock:
