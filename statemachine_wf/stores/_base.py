@@ -378,12 +378,8 @@ class SqlBase(ABC):
     def next_due(
         self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
     ) -> float | None:
-        if dag_types is None:
-            row = self._read_one("next_due", types=self._array(types))
-        else:
-            row = self._read_one(
-                "next_due_kinds", types=self._array(types), dag=self._array(dag_types)
-            )
+        query = "next_due" if dag_types is None else "next_due_kinds"
+        row = self._read_one(query, types=self._array(types), dag=self._array(dag_types or ()))
         if row is None or row["wait"] is None:
             return None
         return max(0.0, float(row["wait"]))
@@ -539,19 +535,17 @@ class SqlBase(ABC):
     # -- DagRuns: definitions and results -------------------------------------------------
     def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
         # Once: a duplicate delivery hits the unique index and inserts nothing.
-        return (
-            self._write_count(
-                "dag_record",
-                id=instance_id,
-                node=event.node,
-                event_type=str(event.event_type),
-                attempt=event.attempt,
-                payload=self._encode(event.payload),
-                error=None if event.error is None else self._encode(event.error),
-                worker=worker,
-            )
-            == 1
+        inserted = self._write_count(
+            "dag_record",
+            id=instance_id,
+            node=event.node,
+            event_type=str(event.event_type),
+            attempt=event.attempt,
+            payload=self._encode(event.payload),
+            error=None if event.error is None else self._encode(event.error),
+            worker=worker,
         )
+        return inserted == 1
 
     def dag_save(self, name: str, definition: dict[str, Any]) -> int:
         for _ in range(10):

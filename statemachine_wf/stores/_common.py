@@ -92,6 +92,7 @@ def key_clash(key: str, existing_id: str, existing_type: str, wanted_type: str) 
 
 
 def projection_params(state: Projection, encode: Encode) -> dict[str, Any]:
+    wait = state.wait or {}
     return {
         "status": str(state.status),
         "step": state.step,
@@ -100,15 +101,8 @@ def projection_params(state: Projection, encode: Encode) -> dict[str, Any]:
         "progress": encode(state.progress),
         "error": None if state.error is None else encode(state.error),
         "cancel_requested": state.cancel_requested,
-        **waiting_params(state, encode),
-    }
-
-
-def waiting_params(state: Projection, encode: Encode) -> dict[str, Any]:
-    """The wait columns: ``waits`` and ``waiting_key`` (the projection), and the wait's
-    kind, token and deadline, kept in their own columns for SQL (the signal trigger)."""
-    wait = state.wait or {}
-    return {
+        # The wait columns: `waits` and `waiting_key` (the projection), and the wait's
+        # kind, token and deadline, kept in their own columns for SQL (the signal trigger).
         "waits": encode(state.waits),
         "waiting_key": state.waiting,
         "waiting_kind": wait.get("kind"),

@@ -227,12 +227,8 @@ class PgConnections(SqlStore):
         self._losses = 0
         self._back_at = 0  # `_losses` when the database was last back (or first opened):
         # a connection born before then that is found dead is a leftover of that outage
-        self._verified: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._born: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._verified = weakref.WeakKeyDictionary[psycopg.Connection[Any], int]()
+        self._born = weakref.WeakKeyDictionary[psycopg.Connection[Any], int]()
         self._closed = threading.Event()
         # psycopg_pool backs off exponentially (1, 2, 4, ... s) between connection
         # attempts, so after a 35 s outage the next attempt came up to 30 s late. Instead
