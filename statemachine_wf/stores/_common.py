@@ -324,18 +324,6 @@ def event_record(row: Mapping[str, Any]) -> EventRecord:
     )
 
 
-def fast_start_allowed(instance: InstanceRecord, task: TaskRecord) -> bool:
-    """Whether a claim may write the next attempt's intent itself (the common case)."""
-    return (
-        instance.kind == "machine"
-        and task.node != ""  # a run started from SQL: the runner resolves its first step
-        and not task.in_flight
-        and not instance.cancel_requested
-        and instance.status in (Status.PENDING, Status.RUNNING, Status.STALLED)
-        and instance.waiting is None  # a waiting instance is resumed by its signals
-    )
-
-
 class Wakeup:
     """How a store's idle workers sleep: one wake-up rouses one worker (the baton).
 
