@@ -22,13 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from ..definition.limits import checked_dumps
-from ..errors import (
-    ConcurrencyConflict,
-    DataRejected,
-    MigrationError,
-    StoreError,
-    StoreUnavailable,
-)
+from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
 from ._common import Wakeup, loads
 from ._decisions import SqlStore
 from ._sql import queries

@@ -14,22 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..core.store import (
-    DagSnapshot,
-    NewInstance,
-)
+from ..core.store import DagSnapshot, NewInstance
 from ..core.waits import NewSignal
-from ..errors import (
-    InvalidState,
-    NotFound,
-    PayloadTooLarge,
-    StoreError,
-)
-from ._common import (
-    event_record,
-    instance_record,
-    key_clash,
-)
+from ..errors import InvalidState, NotFound, PayloadTooLarge, StoreError
+from ._common import event_record, instance_record, key_clash
 from ._live import LiveHub, Subscription
 
 try:

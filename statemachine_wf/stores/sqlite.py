@@ -16,22 +16,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.store import (
-    DagSnapshot,
-    NewInstance,
-)
+from ..core.store import DagSnapshot, NewInstance
 from ..core.waits import NewSignal
 from ..definition.limits import DEFAULT_MAX_PAYLOAD_BYTES
-from ..errors import (
-    InvalidState,
-    NotFound,
-    PayloadTooLarge,
-    StoreError,
-)
-from ._common import (
-    dumps,
-    key_clash,
-)
+from ..errors import InvalidState, NotFound, PayloadTooLarge, StoreError
+from ._common import dumps, key_clash
 from ._sqliteconn import Q, SQLiteConnections
 
 
