@@ -52,8 +52,10 @@ from ..core.store import (
 )
 from ..core.waits import NewSignal, SignalRecord
 from ..definition.events import EventRecord, NewEvent, Status
-from ..errors import ConcurrencyConflict, InvalidState, StoreError, TypeKindConflict
+from ..definition.limits import configured_max_payload_bytes
+from ..errors import ConcurrencyConflict, InvalidState, SchemaTooNew, StoreError, TypeKindConflict
 from ._common import (
+    Wakeup,
     event_record,
     incarnation_prefix,
     instance_record,
@@ -64,6 +66,7 @@ from ._common import (
     signal_record,
     task_record,
 )
+from ._sql import migrations
 
 Row = Any
 """A row as the driver returns it: ``sqlite3.Row`` or psycopg's ``dict_row``; both are
@@ -143,6 +146,14 @@ class SqlBase(ABC):
     def _kind_conflict(self, exc: Exception) -> bool:
         """Whether a driver error is the one-kind trigger's refusal (migration 011)."""
 
+    _wakeup: Wakeup
+    """How this process's idle workers sleep (``wait_for_work``); the dialect makes it."""
+
+    @abstractmethod
+    def _start_watching(self) -> None:
+        """Make sure this process hears of work other processes make due (SQLite: the
+        ``data_version`` watcher; PostgreSQL: the LISTEN thread); cheap when it does."""
+
     # -- helpers ----------------------------------------------------------------------
     def _read_one(self, name: str, /, **params: Any) -> Row | None:
         with self._reading() as conn:
@@ -167,6 +178,36 @@ class SqlBase(ABC):
 
     def _json(self, value: Any) -> Any:
         return value if self.json_decoded else json.loads(value)
+
+    def _migrate_on(
+        self,
+        conn: Any,
+        run_script: Callable[[str], object],
+        on_migration: Callable[[int, int], None] | None,
+    ) -> int:
+        """What ``migrate`` does in either dialect, on ``conn`` inside the dialect's
+        transaction: every pending migration script (run by ``run_script``) in order, each
+        recorded; then this process's payload limit for the SQL side. The newest version
+        this package knows (SchemaTooNew when the database is at a newer one)."""
+        self._run(conn, "migrations_create_table", {})
+        done = {int(r["version"]) for r in self._run(conn, "migrations_applied", {}).fetchall()}
+        scripts = migrations(self.dialect)
+        known = max((n for n, _ in scripts), default=0)
+        if done and max(done) > known:
+            raise SchemaTooNew(max(done), known)
+        pending = [(n, script) for n, script in scripts if n not in done]
+        if on_migration is not None:
+            on_migration(0, len(pending))
+        for applied, (number, script) in enumerate(pending, start=1):
+            run_script(script)
+            self._run(conn, "migration_record", self._params(version=number))
+            if on_migration is not None:
+                on_migration(applied, len(pending))
+        limit = configured_max_payload_bytes()
+        if limit is not None:
+            setting = self._params(name="max_payload_bytes", value=str(limit))
+            self._run(conn, "set_setting", setting)
+        return known
 
     # -- InstanceLog ------------------------------------------------------------------
     def _create_params(self, new: NewInstance) -> dict[str, Any]:
@@ -337,12 +378,8 @@ class SqlBase(ABC):
     def next_due(
         self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
     ) -> float | None:
-        if dag_types is None:
-            row = self._read_one("next_due", types=self._array(types))
-        else:
-            row = self._read_one(
-                "next_due_kinds", types=self._array(types), dag=self._array(dag_types)
-            )
+        query = "next_due" if dag_types is None else "next_due_kinds"
+        row = self._read_one(query, types=self._array(types), dag=self._array(dag_types or ()))
         if row is None or row["wait"] is None:
             return None
         return max(0.0, float(row["wait"]))
@@ -355,6 +392,16 @@ class SqlBase(ABC):
     def wake_parent(self, child_id: str) -> None:
         self._write_all("wake_parent", id=child_id)
         self._made_due()
+
+    def wait_for_work(self, timeout: float) -> bool:
+        self._start_watching()
+        return self._wakeup.wait(timeout)
+
+    def nudge(self) -> None:
+        self._wakeup.nudge()
+
+    def wake(self) -> None:
+        self._wakeup.wake_all()
 
     # -- Locks --------------------------------------------------------------------------
     def acquire_lock(self, key: str, instance_id: str) -> str:
@@ -488,19 +535,17 @@ class SqlBase(ABC):
     # -- DagRuns: definitions and results -------------------------------------------------
     def dag_record(self, instance_id: str, event: NewEvent, *, worker: str | None) -> bool:
         # Once: a duplicate delivery hits the unique index and inserts nothing.
-        return (
-            self._write_count(
-                "dag_record",
-                id=instance_id,
-                node=event.node,
-                event_type=str(event.event_type),
-                attempt=event.attempt,
-                payload=self._encode(event.payload),
-                error=None if event.error is None else self._encode(event.error),
-                worker=worker,
-            )
-            == 1
+        inserted = self._write_count(
+            "dag_record",
+            id=instance_id,
+            node=event.node,
+            event_type=str(event.event_type),
+            attempt=event.attempt,
+            payload=self._encode(event.payload),
+            error=None if event.error is None else self._encode(event.error),
+            worker=worker,
         )
+        return inserted == 1
 
     def dag_save(self, name: str, definition: dict[str, Any]) -> int:
         for _ in range(10):

@@ -92,6 +92,7 @@ def key_clash(key: str, existing_id: str, existing_type: str, wanted_type: str) 
 
 
 def projection_params(state: Projection, encode: Encode) -> dict[str, Any]:
+    wait = state.wait or {}
     return {
         "status": str(state.status),
         "step": state.step,
@@ -100,15 +101,8 @@ def projection_params(state: Projection, encode: Encode) -> dict[str, Any]:
         "progress": encode(state.progress),
         "error": None if state.error is None else encode(state.error),
         "cancel_requested": state.cancel_requested,
-        **waiting_params(state, encode),
-    }
-
-
-def waiting_params(state: Projection, encode: Encode) -> dict[str, Any]:
-    """The wait columns: ``waits`` and ``waiting_key`` (the projection), and the wait's
-    kind, token and deadline, kept in their own columns for SQL (the signal trigger)."""
-    wait = state.wait or {}
-    return {
+        # The wait columns: `waits` and `waiting_key` (the projection), and the wait's
+        # kind, token and deadline, kept in their own columns for SQL (the signal trigger).
         "waits": encode(state.waits),
         "waiting_key": state.waiting,
         "waiting_kind": wait.get("kind"),
@@ -118,16 +112,7 @@ def waiting_params(state: Projection, encode: Encode) -> dict[str, Any]:
 
 
 def event_dicts(decision: Decision) -> list[dict[str, Any]]:
-    return [
-        {
-            "node": e.node,
-            "event_type": str(e.event_type),
-            "attempt": e.attempt,
-            "payload": e.payload,
-            "error": e.error,
-        }
-        for e in decision.events
-    ]
+    return new_event_dicts(decision.events)
 
 
 def new_event_dicts(events: tuple[NewEvent, ...]) -> list[dict[str, Any]]:
@@ -336,18 +321,6 @@ def event_record(row: Mapping[str, Any]) -> EventRecord:
         error=_json(row["error"]),
         worker=row["worker"],
         created_at=_time(row["created_at"]),
-    )
-
-
-def fast_start_allowed(instance: InstanceRecord, task: TaskRecord) -> bool:
-    """Whether a claim may write the next attempt's intent itself (the common case)."""
-    return (
-        instance.kind == "machine"
-        and task.node != ""  # a run started from SQL: the runner resolves its first step
-        and not task.in_flight
-        and not instance.cancel_requested
-        and instance.status in (Status.PENDING, Status.RUNNING, Status.STALLED)
-        and instance.waiting is None  # a waiting instance is resumed by its signals
     )
 
 

@@ -21,18 +21,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from ..definition.limits import checked_dumps, configured_max_payload_bytes
-from ..errors import (
-    ConcurrencyConflict,
-    DataRejected,
-    MigrationError,
-    SchemaTooNew,
-    StoreError,
-    StoreUnavailable,
-)
+from ..definition.limits import checked_dumps
+from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
 from ._common import Wakeup, loads
 from ._decisions import SqlStore
-from ._sql import migrations, queries
+from ._sql import queries
 
 try:
     import psycopg
@@ -228,12 +221,8 @@ class PgConnections(SqlStore):
         self._losses = 0
         self._back_at = 0  # `_losses` when the database was last back (or first opened):
         # a connection born before then that is found dead is a leftover of that outage
-        self._verified: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._born: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._verified = weakref.WeakKeyDictionary[psycopg.Connection[Any], int]()
+        self._born = weakref.WeakKeyDictionary[psycopg.Connection[Any], int]()
         self._closed = threading.Event()
         # psycopg_pool backs off exponentially (1, 2, 4, ... s) between connection
         # attempts, so after a 35 s outage the next attempt came up to 30 s late. Instead
@@ -415,18 +404,9 @@ class PgConnections(SqlStore):
             self._listener.join(timeout=5)
         self._pool.close()
 
-    def wait_for_work(self, timeout: float) -> bool:
-        if self._listen and self._listener is None:
-            self._start_listener()
-        return self._wakeup.wait(timeout)
-
-    def nudge(self) -> None:
-        self._wakeup.nudge()
-
-    def wake(self) -> None:
-        self._wakeup.wake_all()
-
-    def _start_listener(self) -> None:
+    def _start_watching(self) -> None:
+        if not self._listen or self._listener is not None:
+            return
         with self._listener_lock:
             if self._listener is not None:
                 return
@@ -472,31 +452,8 @@ class PgConnections(SqlStore):
                 conn.execute(
                     sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
                 )
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS wf_schema_migrations "
-                    "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+                return self._migrate_on(
+                    conn, lambda script: conn.execute(script.encode()), on_migration
                 )
-                rows: list[Any] = conn.execute(
-                    "SELECT version FROM wf_schema_migrations"
-                ).fetchall()
-                done = {r["version"] for r in rows}
-                known = max((n for n, _ in migrations("postgres")), default=0)
-                if done and max(done) > known:
-                    raise SchemaTooNew(max(done), known)
-                pending = [(n, script) for n, script in migrations("postgres") if n not in done]
-                if on_migration is not None:
-                    on_migration(0, len(pending))
-                for applied, (number, script) in enumerate(pending, start=1):
-                    conn.execute(script.encode())
-                    conn.execute(
-                        "INSERT INTO wf_schema_migrations (version) VALUES (%s)", (number,)
-                    )
-                    if on_migration is not None:
-                        on_migration(applied, len(pending))
-                limit = configured_max_payload_bytes()
-                if limit is not None:
-                    setting = {"name": "max_payload_bytes", "value": str(limit)}
-                    conn.execute(Q["set_setting"], setting)
         except psycopg.Error as exc:
             raise MigrationError(f"postgres migration failed: {exc}") from exc
-        return max((n for n, _ in migrations("postgres")), default=0)

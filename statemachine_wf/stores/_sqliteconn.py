@@ -17,12 +17,10 @@ import json
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
-from ..definition.limits import configured_max_payload_bytes
 from ..errors import (
     ConcurrencyConflict,
     DataRejected,
@@ -34,7 +32,7 @@ from ..errors import (
 from ._common import Wakeup, dumps
 from ._decisions import SqlStore
 from ._live import LiveHub, Subscription
-from ._sql import migrations, queries, split_statements
+from ._sql import queries, split_statements
 
 Q = queries("sqlite")
 _SCRIPTS = {name: split_statements(text) for name, text in Q.items()}
@@ -130,7 +128,7 @@ class SQLiteConnections(SqlStore):
         self._watcher: threading.Thread | None = None
         self._closed = threading.Event()
         self._migrated = False
-        self._live = LiveHub(start=self._ensure_watcher, register=self._live_watch)
+        self._live = LiveHub(start=self._start_watching, register=self._live_watch)
 
     # -- connections ------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
@@ -279,7 +277,6 @@ class SQLiteConnections(SqlStore):
         self._appended[instance_id] = seq  # published after the COMMIT (see _commit)
 
     # -- the primitives of SqlStore ------------------------------------------------------
-    # -- the primitives of SqlStore ------------------------------------------------------
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
         with wrap_errors():
@@ -343,17 +340,7 @@ class SQLiteConnections(SqlStore):
         self._local = threading.local()
         self._wconn = None
 
-    def wait_for_work(self, timeout: float) -> bool:
-        self._ensure_watcher()
-        return self._wakeup.wait(timeout)
-
-    def nudge(self) -> None:
-        self._wakeup.nudge()
-
-    def wake(self) -> None:
-        self._wakeup.wake_all()
-
-    def _ensure_watcher(self) -> None:
+    def _start_watching(self) -> None:
         # One thread per store notices other processes' commits through PRAGMA
         # data_version (a shared-memory read, no query) and wakes one worker.
         with self._lock:
@@ -384,36 +371,19 @@ class SQLiteConnections(SqlStore):
     def migrate(self, on_migration: Callable[[int, int], None] | None = None) -> int:
         self._migrated = True
         conn = self._conn()
+
+        def run_script(script: str) -> None:
+            for statement in split_statements(script):
+                conn.execute(statement)
+
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS wf_schema_migrations "
-                "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
-            )
-            done = {r[0] for r in conn.execute("SELECT version FROM wf_schema_migrations")}
-            known = max((n for n, _ in migrations("sqlite")), default=0)
-            if done and max(done) > known:
-                conn.execute("ROLLBACK")
-                raise SchemaTooNew(max(done), known)
-            pending = [(n, script) for n, script in migrations("sqlite") if n not in done]
-            if on_migration is not None:
-                on_migration(0, len(pending))
-            for applied, (number, script) in enumerate(pending, start=1):
-                for statement in split_statements(script):
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO wf_schema_migrations VALUES (?, ?)", (number, time.time())
-                )
-                if on_migration is not None:
-                    on_migration(applied, len(pending))
-            limit = configured_max_payload_bytes()
-            if limit is not None:
-                conn.execute(
-                    Q["set_setting"],
-                    {"name": "max_payload_bytes", "value": str(limit), "now": time.time()},
-                )
+            version = self._migrate_on(conn, run_script, on_migration)
             conn.execute("COMMIT")
+        except SchemaTooNew:
+            conn.execute("ROLLBACK")
+            raise
         except sqlite3.Error as exc:
             conn.execute("ROLLBACK")
             raise MigrationError(f"sqlite migration failed: {exc}") from exc
-        return max((n for n, _ in migrations("sqlite")), default=0)
+        return version

@@ -14,22 +14,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..core.store import (
-    DagSnapshot,
-    NewInstance,
-)
+from ..core.store import DagSnapshot, NewInstance
 from ..core.waits import NewSignal
-from ..errors import (
-    InvalidState,
-    NotFound,
-    PayloadTooLarge,
-    StoreError,
-)
-from ._common import (
-    event_record,
-    instance_record,
-    key_clash,
-)
+from ..errors import InvalidState, NotFound, PayloadTooLarge, StoreError
+from ._common import event_record, instance_record, key_clash
 from ._live import LiveHub, Subscription
 
 try:
@@ -108,14 +96,12 @@ class PostgresStore(PgConnections):
 
     def _live_unwatch(self, sub: Subscription) -> None:
         try:
-            with self._conn() as conn:
-                conn.execute(Q["live_unwatch"], {"token": sub.token})
+            self._write_count("live_unwatch", token=sub.token)
         except StoreError as exc:  # the row only costs notifications until it is swept
             log.warning("live: could not unregister watcher of %s: %s", sub.instance_id, exc)
 
     def _live_sweep(self) -> None:
-        with self._conn() as conn:
-            conn.execute(Q["live_sweep"])
+        self._write_count("live_sweep")
 
     # -- signals and timers ---------------------------------------------------------------
     def _signal_refusal(self, exc: StoreError, new: NewSignal) -> Exception | None:

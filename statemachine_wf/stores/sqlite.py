@@ -16,23 +16,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.store import (
-    DagSnapshot,
-    NewInstance,
-)
+from ..core.store import DagSnapshot, NewInstance
 from ..core.waits import NewSignal
 from ..definition.limits import DEFAULT_MAX_PAYLOAD_BYTES
-from ..errors import (
-    InvalidState,
-    NotFound,
-    PayloadTooLarge,
-    StoreError,
-)
-from ._common import (
-    dumps,
-    key_clash,
-)
-from ._sqliteconn import Q, SQLiteConnections, wrap_errors
+from ..errors import InvalidState, NotFound, PayloadTooLarge, StoreError
+from ._common import dumps, key_clash
+from ._sqliteconn import Q, SQLiteConnections
 
 
 class SQLiteStore(SQLiteConnections):
@@ -79,17 +68,13 @@ class SQLiteStore(SQLiteConnections):
         return None
 
     def _max_payload_bytes(self) -> int:
-        with wrap_errors():
-            row = self._conn().execute(Q["get_setting"], {"name": "max_payload_bytes"}).fetchone()
+        row = self._read_one("get_setting", name="max_payload_bytes")
         return DEFAULT_MAX_PAYLOAD_BYTES if row is None else int(row["value"])
 
     # -- DAG instances --------------------------------------------------------------------
     def _claimed_instance(self, conn: sqlite3.Connection, row: sqlite3.Row) -> sqlite3.Row | None:
         # Read as columns inside the claim's transaction (see SqlStore._claimed_instance).
-        found: sqlite3.Row | None = conn.execute(
-            Q["get_instance"], {"id": row["instance_id"]}
-        ).fetchone()
-        return found
+        return self._run(conn, "get_instance", {"id": row["instance_id"]}).fetchone()
 
     def _claimed_signals(self, conn: sqlite3.Connection, row: sqlite3.Row, instance: Any) -> Any:
         # Read in the claim's transaction (see SqlStore._claimed_signals).
@@ -106,6 +91,5 @@ class SQLiteStore(SQLiteConnections):
         if inst is None:
             return None
         events = self.events(instance_id, after_seq=after_seq)
-        with wrap_errors():
-            rows = self._conn().execute(Q["dag_slots"], {"id": instance_id}).fetchall()
+        rows = self._read_all("dag_slots", id=instance_id)
         return DagSnapshot(inst, events, tuple(r["slot"] for r in rows))

@@ -314,11 +314,11 @@ WITH held AS (
     LIMIT %(limit)s
     FOR UPDATE OF t SKIP LOCKED
 ), prev AS (
-    -- `fast`: the step starts in this commit (decide.start's rule, as in
-    -- _common.fast_start_allowed) unless the task is a DAG's, a run started from SQL
-    -- (node '': the runner resolves its first step), in doubt (in_flight: the reconcile
-    -- hook comes first), the instance has a cancel pending, has ended, or waits (a wait
-    -- is resumed by the deliver commit of its signals, never started here).
+    -- `fast`: the step starts in this commit (decide.start's rule) unless the task is
+    -- a DAG's, a run started from SQL (node '': the runner resolves its first step), in
+    -- doubt (in_flight: the reconcile hook comes first), the instance has a cancel
+    -- pending, has ended, or waits (a wait is resumed by the deliver commit of its
+    -- signals, never started here).
     SELECT t.id AS task_id, t.node, i.id AS instance_id, i.version,
            coalesce((i.attempts ->> t.node)::int, 0) + 1 AS next_attempt,
            (i.kind = 'machine' AND NOT t.in_flight AND NOT i.cancel_requested
@@ -848,6 +848,17 @@ DELETE FROM wf_live_watches WHERE token = %(token)s;
 -- Registrations left by a watcher that died: kept until their instance ends, then gone.
 DELETE FROM wf_live_watches w USING wf_instances i
 WHERE i.id = w.instance_id AND i.status IN ('COMPLETED', 'FAILED', 'CANCELLED');
+
+-- name: migrations_create_table
+-- The migrations' own bookkeeping (SqlBase._migrate_on): one row per applied migration.
+CREATE TABLE IF NOT EXISTS wf_schema_migrations
+(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+
+-- name: migrations_applied
+SELECT version FROM wf_schema_migrations;
+
+-- name: migration_record
+INSERT INTO wf_schema_migrations (version) VALUES (%(version)s);
 
 -- name: set_setting
 INSERT INTO wf_settings (name, value) VALUES (%(name)s, %(value)s)

@@ -167,7 +167,7 @@ SELECT * FROM wf_events WHERE instance_id = :id AND seq > :after ORDER BY seq;
 -- A script (one transaction), as PostgreSQL's statement of the same name: lease and intent
 -- in one commit. The due state-machine tasks of :types (a JSON array), :limit of them, are
 -- picked into this connection's scratch table with whether each starts at once (`fast`:
--- the rule of _common.fast_start_allowed; an unreadable `attempts` is not fast, and the
+-- the rule of PostgreSQL's claim, `prev`; an unreadable `attempts` is not fast, and the
 -- claim then quarantines the row) and its next attempt. Every picked instance's version is
 -- bumped - claim and intent in one commit, and an earlier holder of the task (its lease
 -- expired) loses its next CAS - and a fast one gets decide.start's projection and its
@@ -651,6 +651,17 @@ WHERE id IN (SELECT id FROM wf_instances
                AND created_at < :now - :age AND updated_at < :now - :age
              ORDER BY created_at LIMIT :batch)
 RETURNING id;
+
+-- name: migrations_create_table
+-- The migrations' own bookkeeping (SqlBase._migrate_on): one row per applied migration.
+CREATE TABLE IF NOT EXISTS wf_schema_migrations
+(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL);
+
+-- name: migrations_applied
+SELECT version FROM wf_schema_migrations;
+
+-- name: migration_record
+INSERT INTO wf_schema_migrations VALUES (:version, :now);
 
 -- name: set_setting
 INSERT INTO wf_settings (name, value, updated_at) VALUES (:name, :value, :now)
