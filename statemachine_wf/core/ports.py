@@ -163,6 +163,19 @@ class TaskQueue(Protocol):
         """
         ...
 
+    def apply_and_claim(
+        self, commit: Commit, *, types: Sequence[str], lease: float, incarnation: str = ""
+    ) -> tuple[int, list[Claim]]:
+        """``apply(commit)`` and, in the same transaction after it, ``claim`` of one task
+        for ``commit.worker``: a worker whose instance ends takes its next one in the same
+        commit. The new version and the claims (empty when nothing was due).
+
+        Raises:
+            ConcurrencyConflict: the instance is no longer at ``commit.version`` (nothing
+                was written and nothing claimed).
+        """
+        ...
+
     def claim_instance(
         self, instance_id: str, *, worker: str, lease: float, incarnation: str = ""
     ) -> Claim | None:

@@ -8,7 +8,7 @@ nothing of a decision is written unless the version it was made on is still curr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, assert_never
 
 from ..core.dag_interpret import handed_task
@@ -101,8 +101,38 @@ class SqlStore(SqlReads):
         return self._run_decision(conn, names, params)
 
     def apply(self, commit: Commit) -> int:
+        return self._apply(commit, None)[0]
+
+    def apply_and_claim(
+        self,
+        commit: Commit,
+        *,
+        types: Sequence[str],
+        lease: float,
+        incarnation: str = "",
+    ) -> tuple[int, list[Claim]]:
+        # One transaction, so one commit (one fsync) where a finish and the worker's next
+        # claim took two. The claim runs after the decision and sees it: it never takes
+        # the task the finish just deleted, and a lock the finish released is free to it.
+        # A lost CAS rolls both back: no claim is left leased to a worker that raises.
+        worker = commit.worker
+        if worker is None:
+            raise ValueError("apply_and_claim: the commit names no worker to claim for")
+        # The claim's parameters are made after the decision's: its `now` (SQLite's clock)
+        # must not be earlier than the due time the finish gave a lock waiter it woke.
+        version, claimed = self._apply(
+            commit, lambda: self._claim_params(types, worker, lease, 1, incarnation)
+        )
+        return version, self._claims(claimed, worker, lease, incarnation)
+
+    def _apply(
+        self, commit: Commit, claim: Callable[[], dict[str, Any]] | None
+    ) -> tuple[int, list[tuple[Row, Any, Any]]]:
+        """Write ``commit``; then, in the same transaction, claim with ``claim()``'s
+        parameters (the claim's rows)."""
+        claimed: list[tuple[Row, Any, Any]] = []
         try:
-            with self._statement() as conn:
+            with self._statement() if claim is None else self._transaction() as conn:
                 row = self._write_decision(
                     conn,
                     commit.instance_id,
@@ -111,6 +141,8 @@ class SqlStore(SqlReads):
                     commit.worker,
                     commit.lease,
                 )
+                if row is not None and claim is not None:
+                    claimed = self._claim_rows(conn, claim())
         except ConcurrencyConflict:
             # The unique index refused a duplicate once-per-attempt event: somebody else
             # already wrote this decision. Nothing was written; as a lost CAS.
@@ -124,7 +156,7 @@ class SqlStore(SqlReads):
         # due now for another runner of this process (PostgreSQL's SQL notifies itself).
         if isinstance(commit.decision.task, Park | Reschedule | Finish):
             self._made_due()
-        return int(row["version"])
+        return int(row["version"]), claimed
 
     @staticmethod
     def _dag_plan(commit: DagCommit) -> list[str]:
@@ -220,10 +252,21 @@ class SqlStore(SqlReads):
         # at once its next attempt's intent, STEP_STARTED: what a crashed runner leaves.
         params = self._claim_params(types, worker, lease, limit, incarnation)
         with self._statement() as conn:
-            claimed = []
-            for row in self._run(conn, "claim", params).fetchall():
-                raw = self._claimed_instance(conn, row)
-                claimed.append((row, raw, self._claimed_signals(conn, row, raw)))
+            claimed = self._claim_rows(conn, params)
+        return self._claims(claimed, worker, lease, incarnation)
+
+    def _claim_rows(self, conn: Any, params: dict[str, Any]) -> list[tuple[Row, Any, Any]]:
+        """Run the claim on ``conn``: each leased task's row, its instance and signals."""
+        claimed = []
+        for row in self._run(conn, "claim", params).fetchall():
+            raw = self._claimed_instance(conn, row)
+            claimed.append((row, raw, self._claimed_signals(conn, row, raw)))
+        return claimed
+
+    def _claims(
+        self, claimed: list[tuple[Row, Any, Any]], worker: str, lease: float, incarnation: str
+    ) -> list[Claim]:
+        """The claims of ``_claim_rows``, read after its commit."""
         claims = []
         for row, raw, raw_signals in claimed:
             try:
