@@ -9,7 +9,7 @@ nothing of a decision is written unless the version it was made on is still curr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, assert_never
+from typing import Any, ClassVar, assert_never
 
 from ..core.dag_interpret import handed_task
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
@@ -35,6 +35,10 @@ from ._overview import SqlReads
 
 class SqlStore(SqlReads):
     """A SQL :class:`~statemachine_wf.core.store.Store` over a dialect's primitives."""
+
+    fused_claim: ClassVar[bool] = True
+    """Whether ``apply_and_claim`` runs the claim in the decision's transaction (one
+    commit); False runs the two as they run apart (see ``apply_and_claim``)."""
 
     # -- Decisions: the CAS commits --------------------------------------------------------
     def _apply_plan(
@@ -118,6 +122,11 @@ class SqlStore(SqlReads):
         worker = commit.worker
         if worker is None:
             raise ValueError("apply_and_claim: the commit names no worker to claim for")
+        if not self.fused_claim:
+            version = self.apply(commit)
+            return version, self.claim(
+                worker=worker, types=types, lease=lease, incarnation=incarnation
+            )
         # The claim's parameters are made after the decision's: its `now` (SQLite's clock)
         # must not be earlier than the due time the finish gave a lock waiter it woke.
         version, claimed = self._apply(

@@ -197,7 +197,8 @@ def test_a_claim_says_whether_another_task_was_due(store: Store) -> None:
 
 def test_a_finish_and_the_next_claim_commit_together(store: Store) -> None:
     """``apply_and_claim``: the instance ends and the same worker holds the next due task,
-    leased under a fresh token of its incarnation with its step started, in one commit."""
+    leased under a fresh token of its incarnation with its step started (SQLite: in one
+    commit)."""
     done = started(store)
     after = new(store)
     d = decide.cancel(done.instance.projection(in_flight=True), leased=False)  # a Finish
