@@ -89,21 +89,6 @@ class SqlStore(SqlReads):
             assert_never(op)
         return names, params
 
-    def _write_decision(
-        self,
-        conn: Any,
-        instance_id: str,
-        version: int,
-        decision: Decision,
-        worker: str | None,
-        lease: float,
-    ) -> Row | None:
-        """Write ``decision`` on ``conn`` under the CAS on ``version``; the row with the new
-        ``version``, or None when the CAS failed (nothing written). SQLite's claim calls it
-        too (its fast start), inside the claim's transaction."""
-        names, params = self._apply_plan(instance_id, version, decision, worker, lease)
-        return self._run_decision(conn, names, params)
-
     def apply(self, commit: Commit) -> int:
         return self._apply(commit, None)[0]
 
@@ -140,16 +125,14 @@ class SqlStore(SqlReads):
         """Write ``commit``; then, in the same transaction, claim with ``claim()``'s
         parameters (the claim's rows)."""
         claimed: list[tuple[Row, Any, Any]] = []
+        # The parameters (the JSON encoding) before the connection: SQLite's writes queue
+        # on one writer lock, and all the work done while holding it is everybody's wait.
+        names, params = self._apply_plan(
+            commit.instance_id, commit.version, commit.decision, commit.worker, commit.lease
+        )
         try:
             with self._statement() if claim is None else self._transaction() as conn:
-                row = self._write_decision(
-                    conn,
-                    commit.instance_id,
-                    commit.version,
-                    commit.decision,
-                    commit.worker,
-                    commit.lease,
-                )
+                row = self._run_decision(conn, names, params)
                 if row is not None and claim is not None:
                     claimed = self._claim_rows(conn, claim())
         except ConcurrencyConflict:
