@@ -36,9 +36,12 @@ from ._overview import SqlReads
 class SqlStore(SqlReads):
     """A SQL :class:`~statemachine_wf.core.store.Store` over a dialect's primitives."""
 
-    fused_claim: ClassVar[bool] = True
-    """Whether ``apply_and_claim`` runs the claim in the decision's transaction (one
-    commit); False runs the two as they run apart (see ``apply_and_claim``)."""
+    one_writer: ClassVar[bool] = True
+    """Whether the process's writes queue on one writer lock (SQLite), so that what a
+    write does while holding it is everybody's wait. Then ``apply_and_claim`` runs the
+    claim in the decision's transaction (one write, one commit, where there were two), and
+    ``claim`` first reads whether anything is due, taking no write for an empty claim.
+    PostgreSQL (False) runs the two statements apart and claims without the read."""
 
     # -- Decisions: the CAS commits --------------------------------------------------------
     def _apply_plan(
@@ -107,7 +110,7 @@ class SqlStore(SqlReads):
         worker = commit.worker
         if worker is None:
             raise ValueError("apply_and_claim: the commit names no worker to claim for")
-        if not self.fused_claim:
+        if not self.one_writer:
             version = self.apply(commit)
             return version, self.claim(
                 worker=worker, types=types, lease=lease, incarnation=incarnation
@@ -146,7 +149,10 @@ class SqlStore(SqlReads):
             )
         # A parked or rescheduled task, or a finish (its lock waiters, its parent) may be
         # due now for another runner of this process (PostgreSQL's SQL notifies itself).
-        if isinstance(commit.decision.task, Park | Reschedule | Finish):
+        # Not after a fused claim: it ran after the finish and saw what it made due, and
+        # its `more` passes the baton when anything is left (a wake-up here mostly woke a
+        # worker to an empty claim: `python -m bench statements --e2e`).
+        if isinstance(commit.decision.task, Park | Reschedule | Finish) and claim is None:
             self._made_due()
         return int(row["version"]), claimed
 
@@ -242,6 +248,11 @@ class SqlStore(SqlReads):
         # every claimed instance's version bumped (an earlier holder whose lease expired
         # loses its next CAS instead of writing over ours), and where the step may start
         # at once its next attempt's intent, STEP_STARTED: what a crashed runner leaves.
+        if self.one_writer and self.next_due(types=types) != 0.0:
+            # Nothing due (the earliest task of these types is later, or there is none):
+            # no write. A worker woken for a task that another took (a fused claim, a
+            # baton) found this empty in a write of its own, one per workflow and more.
+            return []
         params = self._claim_params(types, worker, lease, limit, incarnation)
         with self._statement() as conn:
             claimed = self._claim_rows(conn, params)
