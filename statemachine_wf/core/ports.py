@@ -163,6 +163,20 @@ class TaskQueue(Protocol):
         """
         ...
 
+    def apply_and_claim(
+        self, commit: Commit, *, types: Sequence[str], lease: float, incarnation: str = ""
+    ) -> tuple[int, list[Claim]]:
+        """``apply(commit)`` and, after it, ``claim`` of one task for ``commit.worker``: a
+        worker whose instance ends takes its next one. The new version and the claims
+        (empty when nothing was due). SQLite runs both in one transaction (one commit);
+        PostgreSQL as two statements, each its own commit, which is cheaper there.
+
+        Raises:
+            ConcurrencyConflict: the instance is no longer at ``commit.version`` (nothing
+                was written and nothing claimed).
+        """
+        ...
+
     def claim_instance(
         self, instance_id: str, *, worker: str, lease: float, incarnation: str = ""
     ) -> Claim | None:

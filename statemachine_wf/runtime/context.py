@@ -2,11 +2,14 @@
 
 The contexts are thin: reads come from values the runner loaded with the claim, and the
 few writes (``save``, ``heartbeat``) go through a small host protocol the runner
-implements, so this module stays free of I/O.
+implements, so the contexts stay free of I/O. The one exception is :class:`Waker`, what
+``ctx.waker()`` returns: event sources call it from their own threads, after the step.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -17,7 +20,10 @@ from pydantic import BaseModel
 
 from ..core.decide import Reconciliation as Reconciliation  # re-exported: hooks return it
 from ..core.progress import merge_progress
-from ..errors import Fail, Parked, Waiting, WaitTimeout, check_duration
+from ..core.store import Store
+from ..errors import Fail, Parked, StoreError, Waiting, WaitTimeout, check_duration
+
+log = logging.getLogger("statemachine_wf.runner")
 
 InputT = TypeVar("InputT", bound=BaseModel)
 ProgressT = TypeVar("ProgressT", bound=BaseModel)
@@ -325,3 +331,41 @@ class ReconcileContext(Generic[InputT, ProgressT]):
     def complete(*, progress: Mapping[str, Any] | None = None, **evidence: Any) -> Reconciliation:
         """The outside world says the whole workflow is done."""
         return Reconciliation("complete", evidence=evidence, progress=progress or {})
+
+
+class Waker:
+    """``ctx.waker()``: make the instance due from another thread, never lost.
+
+    While the step runs, its task is leased and a wake-up could not reach it (the store
+    wakes unleased tasks only), so a call then is remembered and made by the driver once
+    the step's outcome is committed (:meth:`committed`); after that, a call wakes at once.
+    """
+
+    def __init__(self, store: Store, instance_id: str) -> None:
+        self._store = store
+        self._id = instance_id
+        self._lock = threading.Lock()
+        self._committed = False
+        self._asked = False
+
+    def __call__(self) -> None:
+        with self._lock:
+            if not self._committed:
+                self._asked = True
+                return
+        self._wake()
+
+    def committed(self) -> None:
+        with self._lock:
+            self._committed = True
+            asked = self._asked
+        if asked:
+            self._wake()
+
+    def _wake(self) -> None:
+        # Called from event sources' threads: the safety net (the snooze's own end) still
+        # holds if the database is away now, so say it and go on.
+        try:
+            self._store.wake_instances([self._id])
+        except StoreError as exc:
+            log.debug("instance %s: wake-up not made (%s)", self._id, exc)

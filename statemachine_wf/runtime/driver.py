@@ -45,12 +45,11 @@ from ..errors import (
     Parked,
     Retry,
     StepFailure,
-    StoreError,
     StoreUnavailable,
     Waiting,
 )
 from . import observe
-from .context import ReconcileContext, Reconciliation, StepContext
+from .context import ReconcileContext, Reconciliation, StepContext, Waker
 from .operations import until_committed
 
 log = logging.getLogger("statemachine_wf.runner")
@@ -72,44 +71,6 @@ async def _within(coro: Any, timeout: float) -> Any:
     return task.result()
 
 
-class _Wake:
-    """``ctx.waker()``: make the instance due from another thread, never lost.
-
-    While the step runs, its task is leased and a wake-up could not reach it (the store
-    wakes unleased tasks only), so a call then is remembered and made by the driver once
-    the step's outcome is committed (:meth:`committed`); after that, a call wakes at once.
-    """
-
-    def __init__(self, store: Store, instance_id: str) -> None:
-        self._store = store
-        self._id = instance_id
-        self._lock = threading.Lock()
-        self._committed = False
-        self._asked = False
-
-    def __call__(self) -> None:
-        with self._lock:
-            if not self._committed:
-                self._asked = True
-                return
-        self._wake()
-
-    def committed(self) -> None:
-        with self._lock:
-            self._committed = True
-            asked = self._asked
-        if asked:
-            self._wake()
-
-    def _wake(self) -> None:
-        # Called from event sources' threads: the safety net (the snooze's own end) still
-        # holds if the database is away now, so say it and go on.
-        try:
-            self._store.wake_instances([self._id])
-        except StoreError as exc:
-            log.debug("instance %s: wake-up not made (%s)", self._id, exc)
-
-
 class _Host:
     """The :class:`~statemachine_wf.runtime.context.StepHost` of one running step."""
 
@@ -117,11 +78,11 @@ class _Host:
         self._driver = driver
         self._drive = drive
         self.valid = True
-        self.wake: _Wake | None = None
+        self.wake: Waker | None = None
 
-    def waker(self) -> _Wake:
+    def waker(self) -> Waker:
         if self.wake is None:
-            self.wake = _Wake(self._driver.store, self._drive.instance.id)
+            self.wake = Waker(self._driver.store, self._drive.instance.id)
         return self.wake
 
     def save_progress(self, delta: Mapping[str, Any]) -> None:
@@ -154,6 +115,15 @@ class _Host:
         self._driver.commit(d, lambda state: waits.reserve(state, step, attempt, key, token))
 
 
+@dataclass(frozen=True)
+class NextClaim:
+    """The claim a worker makes in the commit that ends its instance (apply_and_claim)."""
+
+    types: Sequence[str]
+    lease: float
+    incarnation: str
+
+
 @dataclass
 class Drive:
     """The mutable state of driving one instance (one thread, one lease)."""
@@ -165,6 +135,9 @@ class Drive:
     state: Projection
     failures: int
     lease_token: str | None = None
+    take_next: NextClaim | None = None
+    taken: list[Claim] | None = None
+    """What the commit that ended the instance claimed (``take_next``): None, none made."""
 
     @property
     def attempt(self) -> int:
@@ -225,11 +198,20 @@ class MachineDriver:
             self._local.loop = None
             loop.close()
 
-    def drive(self, claim: Claim, cls: type[Workflow[Any, Any]], *, startup: bool) -> None:
+    def drive(
+        self,
+        claim: Claim,
+        cls: type[Workflow[Any, Any]],
+        *,
+        startup: bool,
+        take_next: NextClaim | None = None,
+    ) -> list[Claim] | None:
         """Drive ``claim`` (an instance of ``cls``) until it waits, ends or is handed back.
 
         ``startup``: the claim comes from a runner's start-up pass, so a workflow with a
         reconcile hook is reconciled before anything runs (the step may be in doubt).
+        ``take_next``: the commit that ends the instance also claims this worker's next
+        task; the claims it made are returned (None when no such commit was made).
         """
         inst = claim.instance
         spec = cls.spec()
@@ -241,6 +223,7 @@ class MachineDriver:
             state=inst.projection(in_flight=claim.task.in_flight),
             failures=claim.task.failures,
             lease_token=claim.task.lease_token,
+            take_next=take_next,
         )
         try:
             input_model = spec.input_model.model_validate(inst.input)
@@ -251,7 +234,7 @@ class MachineDriver:
             reason = f"stored input does not validate: {where}: {first['msg']}"
             step = d.state.step
             self.commit(d, lambda s: decide.invalid_input(spec, s, step, reason, 0))
-            return
+            return d.taken
 
         if d.state.step is not None and d.state.step not in spec.steps:
             # Poison: the log names a step this definition does not have (a workflow
@@ -261,11 +244,12 @@ class MachineDriver:
                 reason=f"missing definition: {inst.type} has no step {d.state.step!r}",
                 worker=self.worker_id,
             )
-            return
+            return None
         if not claim.started and not self.begin(d, claim, input_model, startup=startup):
-            return
+            return d.taken
         while self.run_step(d, input_model):
             pass
+        return d.taken
 
     def begin(self, d: Drive, claim: Claim, input_model: BaseModel, *, startup: bool) -> bool:
         """Decide what a claim that did not start a step means; True to go on driving.
@@ -539,9 +523,14 @@ class MachineDriver:
             if n > 0:
                 self._refresh(d)  # the CAS was lost: decide again on what won
             decision = make(d.state)
-            d.version = self.store.apply(
-                Commit(d.instance.id, d.version, decision, self.worker_id, self.lease)
-            )
+            commit = Commit(d.instance.id, d.version, decision, self.worker_id, self.lease)
+            nxt = None if self._stopping.is_set() else d.take_next  # stopping: take nothing
+            if nxt is not None and isinstance(decision.task, decide.Finish):
+                d.version, d.taken = self.store.apply_and_claim(
+                    commit, types=nxt.types, lease=nxt.lease, incarnation=nxt.incarnation
+                )
+            else:
+                d.version = self.store.apply(commit)
             d.state = decision.state
             if isinstance(decision.task, decide.Reschedule | Continue):
                 d.failures = decision.task.failures

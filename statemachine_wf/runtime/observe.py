@@ -43,7 +43,7 @@ from ..errors import Waiting
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from ..core.store import Claim, InstanceRecord, Store
+    from ..core.store import Claim, Commit, InstanceRecord, Store
     from ..core.waits import SignalRecord
 
 try:  # the API is optional: without it tracing is off
@@ -367,6 +367,11 @@ class _MeteredStore:
     def claim(self, **kwargs: Any) -> list[Claim]:
         t = time.perf_counter()
         return self._claimed("machine", t, self._store.claim(**kwargs))
+
+    def apply_and_claim(self, commit: Commit, **kwargs: Any) -> tuple[int, list[Claim]]:
+        t = time.perf_counter()  # the claim's time includes the commit it rides in
+        version, claims = self._store.apply_and_claim(commit, **kwargs)
+        return version, self._claimed("machine", t, claims)
 
     def dag_claim(self, **kwargs: Any) -> list[Claim]:
         t = time.perf_counter()

@@ -42,7 +42,7 @@ from ..errors import (
     StoreUnavailable,
 )
 from . import observe
-from .driver import MachineDriver
+from .driver import MachineDriver, NextClaim
 from .observe import NOOP, Observer
 from .operations import engine
 
@@ -150,6 +150,7 @@ class Runner:
             observer=self.observer,
         )
         """Drives each claimed state-machine instance (public: the testing helpers use it)."""
+        self._take_next = NextClaim(self.types, self.opts.lease, self.incarnation)
         self.dag_types: tuple[str, ...] = ()
         self._dag: Any = None
         self._drivers: dict[str, Callable[[Claim, bool], Claim | None]] = {
@@ -360,7 +361,7 @@ class Runner:
                         lease=self.opts.lease,
                         incarnation=self.incarnation,
                     )
-                    if self.types  # a DAG-only runner: no empty-list claim per idle loop
+                    if self.types and not self._skip_claim()  # DAG-only: no empty-list claim
                     else []
                 )
                 if not claims and self.dag_types:
@@ -378,20 +379,7 @@ class Runner:
                         self.store.wait_for_work(wait)
                         self._local.held_timer = self._release_timer()
                     continue
-                # There may be more where that came from: pass the baton to one more worker.
-                # A resume of a waiting instance (a timer, a signal) passes it after its
-                # deliver commit instead: the woken worker's claim and next_due would
-                # otherwise compete with that commit (docs/architecture.md, "Waking up").
-                # Not when the claim saw nothing else due, unless this worker was the
-                # timer holder (another idle worker must take the timer over).
-                held_timer = getattr(self._local, "held_timer", False)
-                self._local.held_timer = False
-                if not held_timer and not any(c.more for c in claims):
-                    pass
-                elif all(not c.started and c.instance.waiting is not None for c in claims):
-                    self._local.nudge = True
-                else:
-                    self.store.nudge()
+                self._pass_baton(claims)
                 for claim in claims:
                     self._run_handing(claim, startup=False)
                 self._deferred_nudge()  # if no commit passed it on
@@ -402,6 +390,26 @@ class Runner:
                 log.exception("worker loop error (continuing)")
                 self._stopping.wait(0.5)
         self.driver.close_loop()
+
+    def _pass_baton(self, claims: Sequence[Claim]) -> None:
+        """There may be more where ``claims`` came from: wake one more worker. A resume
+        (a timer, a signal) passes it after its deliver commit instead, or the woken
+        worker's claim and next_due would compete with that commit (docs/architecture.md,
+        "Waking up"). Not when the claim saw nothing else due, unless this worker held the
+        timer (another idle worker must take the timer over)."""
+        held_timer = getattr(self._local, "held_timer", False)
+        self._local.held_timer = False
+        if not held_timer and not any(c.more for c in claims):
+            pass
+        elif all(not c.started and c.instance.waiting is not None for c in claims):
+            self._local.nudge = True
+        else:
+            self.store.nudge()
+
+    def _skip_claim(self) -> bool:
+        """Whether the commit that ended this worker's last instance found nothing due."""
+        skip, self._local.skip_claim = getattr(self._local, "skip_claim", False), False
+        return bool(skip)
 
     def _deferred_nudge(self) -> None:
         """Pass on the baton this worker's claim held back, if it still holds it."""
@@ -553,14 +561,22 @@ class Runner:
             delay = min(delay * 2, 2.0)
 
     # -- driving one instance ---------------------------------------------------------
-    def _drive_machine(self, claim: Claim, startup: bool) -> None:
+    def _drive_machine(self, claim: Claim, startup: bool) -> Claim | None:
         cls = self.classes.get(claim.instance.type)
         if cls is None:
             # Claims filter on type, so this is a row that lies about itself (a DAG named
             # after a state machine, or written by hand): never run it.
             self._cannot_run(claim)
-            return
-        self.driver.drive(claim, cls, startup=startup)
+            return None
+        # The commit that ends the instance claims this worker's next task, one commit for
+        # two; not while start-up instances are queued (they go first: see _work).
+        take = self._take_next if self._startup.empty() else None
+        taken = self.driver.drive(claim, cls, startup=startup, take_next=take)
+        if taken is None:
+            return None
+        self._local.skip_claim = not taken  # it saw nothing due: no second claim at once
+        self._pass_baton(taken)
+        return taken[0] if taken else None
 
     def _drive_dag(self, claim: Claim, startup: bool) -> Claim | None:
         if self._dag is None or claim.instance.type not in self.dag_types:

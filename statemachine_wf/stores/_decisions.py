@@ -8,8 +8,8 @@ nothing of a decision is written unless the version it was made on is still curr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, assert_never
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, assert_never
 
 from ..core.dag_interpret import handed_task
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
@@ -35,6 +35,13 @@ from ._overview import SqlReads
 
 class SqlStore(SqlReads):
     """A SQL :class:`~statemachine_wf.core.store.Store` over a dialect's primitives."""
+
+    one_writer: ClassVar[bool] = True
+    """Whether the process's writes queue on one writer lock (SQLite), so that what a
+    write does while holding it is everybody's wait. Then ``apply_and_claim`` runs the
+    claim in the decision's transaction (one write, one commit, where there were two), and
+    ``claim`` first reads whether anything is due, taking no write for an empty claim.
+    PostgreSQL (False) runs the two statements apart and claims without the read."""
 
     # -- Decisions: the CAS commits --------------------------------------------------------
     def _apply_plan(
@@ -85,32 +92,52 @@ class SqlStore(SqlReads):
             assert_never(op)
         return names, params
 
-    def _write_decision(
-        self,
-        conn: Any,
-        instance_id: str,
-        version: int,
-        decision: Decision,
-        worker: str | None,
-        lease: float,
-    ) -> Row | None:
-        """Write ``decision`` on ``conn`` under the CAS on ``version``; the row with the new
-        ``version``, or None when the CAS failed (nothing written). SQLite's claim calls it
-        too (its fast start), inside the claim's transaction."""
-        names, params = self._apply_plan(instance_id, version, decision, worker, lease)
-        return self._run_decision(conn, names, params)
-
     def apply(self, commit: Commit) -> int:
+        return self._apply(commit, None)[0]
+
+    def apply_and_claim(
+        self,
+        commit: Commit,
+        *,
+        types: Sequence[str],
+        lease: float,
+        incarnation: str = "",
+    ) -> tuple[int, list[Claim]]:
+        # One transaction, so one commit (one fsync) where a finish and the worker's next
+        # claim took two. The claim runs after the decision and sees it: it never takes
+        # the task the finish just deleted, and a lock the finish released is free to it.
+        # A lost CAS rolls both back: no claim is left leased to a worker that raises.
+        worker = commit.worker
+        if worker is None:
+            raise ValueError("apply_and_claim: the commit names no worker to claim for")
+        if not self.one_writer:
+            version = self.apply(commit)
+            return version, self.claim(
+                worker=worker, types=types, lease=lease, incarnation=incarnation
+            )
+        # The claim's parameters are made after the decision's: its `now` (SQLite's clock)
+        # must not be earlier than the due time the finish gave a lock waiter it woke.
+        version, claimed = self._apply(
+            commit, lambda: self._claim_params(types, worker, lease, 1, incarnation)
+        )
+        return version, self._claims(claimed, worker, lease, incarnation)
+
+    def _apply(
+        self, commit: Commit, claim: Callable[[], dict[str, Any]] | None
+    ) -> tuple[int, list[tuple[Row, Any, Any]]]:
+        """Write ``commit``; then, in the same transaction, claim with ``claim()``'s
+        parameters (the claim's rows)."""
+        claimed: list[tuple[Row, Any, Any]] = []
+        # The parameters (the JSON encoding) before the connection: SQLite's writes queue
+        # on one writer lock, and all the work done while holding it is everybody's wait.
+        names, params = self._apply_plan(
+            commit.instance_id, commit.version, commit.decision, commit.worker, commit.lease
+        )
         try:
-            with self._statement() as conn:
-                row = self._write_decision(
-                    conn,
-                    commit.instance_id,
-                    commit.version,
-                    commit.decision,
-                    commit.worker,
-                    commit.lease,
-                )
+            with self._statement() if claim is None else self._transaction() as conn:
+                row = self._run_decision(conn, names, params)
+                if row is not None and claim is not None:
+                    claimed = self._claim_rows(conn, claim())
         except ConcurrencyConflict:
             # The unique index refused a duplicate once-per-attempt event: somebody else
             # already wrote this decision. Nothing was written; as a lost CAS.
@@ -122,9 +149,12 @@ class SqlStore(SqlReads):
             )
         # A parked or rescheduled task, or a finish (its lock waiters, its parent) may be
         # due now for another runner of this process (PostgreSQL's SQL notifies itself).
-        if isinstance(commit.decision.task, Park | Reschedule | Finish):
+        # Not after a fused claim: it ran after the finish and saw what it made due, and
+        # its `more` passes the baton when anything is left (a wake-up here mostly woke a
+        # worker to an empty claim: `python -m bench statements --e2e`).
+        if isinstance(commit.decision.task, Park | Reschedule | Finish) and claim is None:
             self._made_due()
-        return int(row["version"])
+        return int(row["version"]), claimed
 
     @staticmethod
     def _dag_plan(commit: DagCommit) -> list[str]:
@@ -218,12 +248,28 @@ class SqlStore(SqlReads):
         # every claimed instance's version bumped (an earlier holder whose lease expired
         # loses its next CAS instead of writing over ours), and where the step may start
         # at once its next attempt's intent, STEP_STARTED: what a crashed runner leaves.
+        if self.one_writer and self.next_due(types=types) != 0.0:
+            # Nothing due (the earliest task of these types is later, or there is none):
+            # no write. A worker woken for a task that another took (a fused claim, a
+            # baton) found this empty in a write of its own, one per workflow and more.
+            return []
         params = self._claim_params(types, worker, lease, limit, incarnation)
         with self._statement() as conn:
-            claimed = []
-            for row in self._run(conn, "claim", params).fetchall():
-                raw = self._claimed_instance(conn, row)
-                claimed.append((row, raw, self._claimed_signals(conn, row, raw)))
+            claimed = self._claim_rows(conn, params)
+        return self._claims(claimed, worker, lease, incarnation)
+
+    def _claim_rows(self, conn: Any, params: dict[str, Any]) -> list[tuple[Row, Any, Any]]:
+        """Run the claim on ``conn``: each leased task's row, its instance and signals."""
+        claimed = []
+        for row in self._run(conn, "claim", params).fetchall():
+            raw = self._claimed_instance(conn, row)
+            claimed.append((row, raw, self._claimed_signals(conn, row, raw)))
+        return claimed
+
+    def _claims(
+        self, claimed: list[tuple[Row, Any, Any]], worker: str, lease: float, incarnation: str
+    ) -> list[Claim]:
+        """The claims of ``_claim_rows``, read after its commit."""
         claims = []
         for row, raw, raw_signals in claimed:
             try:

@@ -193,3 +193,78 @@ def test_a_claim_says_whether_another_task_was_due(store: Store) -> None:
     assert {a.instance.id, b.instance.id} == {first, second}
     assert not b.more
     assert store.claim(worker="w", types=[TYPE], lease=300) == []
+
+
+def test_a_finish_and_the_next_claim_commit_together(store: Store) -> None:
+    """``apply_and_claim``: the instance ends and the same worker holds the next due task,
+    leased under a fresh token of its incarnation with its step started (SQLite: in one
+    commit)."""
+    done = started(store)
+    after = new(store)
+    d = decide.cancel(done.instance.projection(in_flight=True), leased=False)  # a Finish
+    version, claims = store.apply_and_claim(
+        Commit(done.instance.id, done.instance.version, d, "w"),
+        types=[TYPE],
+        lease=300,
+        incarnation="inc-2",
+    )
+    assert version > done.instance.version
+    ended = store.get(done.instance.id)
+    assert ended is not None
+    assert ended.status == Status.CANCELLED
+    assert store.task(done.instance.id) is None
+    [claim] = claims
+    assert claim.instance.id == after
+    assert claim.started
+    token = claim.task.lease_token
+    assert token is not None
+    assert token.startswith("inc-2/")
+    task = store.task(after)
+    assert task is not None
+    assert (task.lease_owner, task.lease_token, task.leased) == ("w", token, True)
+    assert [e.event_type for e in store.events(after)] == [Ev.CREATED, Ev.STEP_STARTED]
+    assert store.claim(worker="w2", types=[TYPE], lease=300) == []
+
+
+def test_a_finish_whose_cas_is_lost_claims_nothing(store: Store) -> None:
+    done = started(store)
+    after = new(store)
+    stale = done.instance.version - 1
+    d = decide.cancel(done.instance.projection(in_flight=True), leased=False)
+    with pytest.raises(ConcurrencyConflict):
+        store.apply_and_claim(Commit(done.instance.id, stale, d, "w"), types=[TYPE], lease=300)
+    still = store.get(done.instance.id)
+    assert still is not None
+    assert still.status == Status.RUNNING  # nothing of the decision was written ...
+    task = store.task(after)
+    assert task is not None
+    assert not task.leased  # ... and nothing was claimed
+    assert [c.instance.id for c in store.claim(worker="w2", types=[TYPE], lease=300)] == [after]
+
+
+def test_a_finish_with_nothing_due_claims_nothing(store: Store) -> None:
+    done = started(store)
+    new(store, delay=3600)  # not due
+    d = decide.cancel(done.instance.projection(in_flight=True), leased=False)
+    version, claims = store.apply_and_claim(
+        Commit(done.instance.id, done.instance.version, d, "w"), types=[TYPE], lease=300
+    )
+    assert claims == []
+    ended = store.get(done.instance.id)
+    assert ended is not None
+    assert (ended.version, ended.status) == (version, Status.CANCELLED)
+
+
+def test_the_claim_after_a_finish_sees_the_lock_it_released(store: Store) -> None:
+    """The claim runs after the decision in the same transaction: the waiter that the
+    finish's lock release made due is the one it takes."""
+    holder = started(store, type_="c.holder.v1")
+    waiter = new(store, delay=3600)  # parked on the lock: due only when woken
+    store.acquire_lock("k", holder.instance.id)
+    assert store.acquire_lock("k", waiter) == holder.instance.id
+    d = decide.cancel(holder.instance.projection(in_flight=True), leased=False)
+    _, claims = store.apply_and_claim(
+        Commit(holder.instance.id, holder.instance.version, d, "w"), types=[TYPE], lease=300
+    )
+    assert [c.instance.id for c in claims] == [waiter]
+    assert store.lock_holder("k") is None

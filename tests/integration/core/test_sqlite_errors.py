@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,6 @@ from pydantic import BaseModel
 
 from statemachine_wf import COMPLETED, Client, Runner, Status, StepContext, Workflow, step
 from statemachine_wf.core import decide
-from statemachine_wf.core.decide import Decision
 from statemachine_wf.core.store import Commit
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.errors import StoreError
@@ -40,18 +40,13 @@ class FlakyWrites(SQLiteStore):
 
     failures = 1
 
-    def _write_decision(
-        self,
-        conn: sqlite3.Connection,
-        instance_id: str,
-        version: int,
-        decision: Decision,
-        *args: Any,
-    ) -> tuple[int, bool]:
-        if self.failures and any(e.event_type == Ev.STEP_COMPLETED for e in decision.events):
+    def _run_decision(
+        self, conn: sqlite3.Connection, names: Sequence[str], params: dict[str, Any]
+    ) -> sqlite3.Row | None:
+        if self.failures and Ev.STEP_COMPLETED in params["events"]:  # the events' JSON
             self.failures -= 1
             conn.execute("SELECT swf_no_such_function()")  # sqlite3.OperationalError
-        return super()._write_decision(conn, instance_id, version, decision, *args)
+        return super()._run_decision(conn, names, params)
 
 
 def test_a_driver_error_inside_a_write_is_a_store_error(tmp_path: Path) -> None:

@@ -104,6 +104,19 @@ def killing_store(base: type[Any], switch: KillSwitch, outage: float = 0.0) -> t
                 switch.hit("complete", "after")
             return version
 
+        def apply_and_claim(self, commit: Commit, **kwargs: Any) -> tuple[int, list[Claim]]:
+            # A finish and the next claim in one commit: the points of both, in their order.
+            completes = any(e.event_type == Ev.STEP_COMPLETED for e in commit.decision.events)
+            if completes:
+                switch.hit("complete", "before")
+            switch.hit("claim", "before")
+            done: tuple[int, list[Claim]] = super().apply_and_claim(commit, **kwargs)
+            if completes:
+                switch.hit("complete", "after")
+            if done[1]:
+                switch.hit("claim", "after")
+            return done
+
     return KillingStore
 
 

@@ -318,10 +318,13 @@ def test_a_hand_back_backs_off_before_claiming_again(store: Store) -> None:
 
     runner._stopping = Stopping()
 
-    def unavailable(commit: Commit) -> int:
+    def unavailable(commit: Commit, **kwargs: Any) -> int:
         raise StoreUnavailable("injected: the database went away", lost=True)
 
-    runner.store = runner.driver.store = _Proxy(store, apply=unavailable)
+    # Pay has one step: its commit is a finish, which also claims (apply_and_claim).
+    runner.store = runner.driver.store = _Proxy(
+        store, apply=unavailable, apply_and_claim=unavailable
+    )
     runner._run_claim(claim, startup=False)
     assert waits
     assert 0.5 <= waits[-1] <= 1.5

@@ -26,16 +26,16 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from examples.token_payout import TokenPayout
 from statemachine_wf import Runner, RunnerOptions
 from statemachine_wf.adapters.ethereum import EthereumClient, LocalSigner, SignedTx
-from statemachine_wf.core.store import Commit
+from statemachine_wf.core.store import Claim, Commit
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores._decisions import SqlStore
 from statemachine_wf.stores.postgres import PostgresStore
@@ -50,6 +50,8 @@ POINTS = (
     "before_confirm_commit",
     "after_confirm_commit",
 )
+
+T = TypeVar("T")
 
 
 def die() -> None:
@@ -69,6 +71,12 @@ class Chaos(SqlStore):
     point: str | None = None
 
     def apply(self, commit: Commit) -> int:
+        return self._around(commit, lambda: super(Chaos, self).apply(commit))
+
+    def apply_and_claim(self, commit: Commit, **kwargs: Any) -> tuple[int, list[Claim]]:
+        return self._around(commit, lambda: super(Chaos, self).apply_and_claim(commit, **kwargs))
+
+    def _around(self, commit: Commit, write: Callable[[], T]) -> T:
         events = commit.decision.events
         saves_tx = any(
             e.event_type == Ev.PROGRESS_SET
@@ -82,13 +90,13 @@ class Chaos(SqlStore):
             die()
         if confirms and self.point == "after_confirm_commit":
             NEXT_SUBMIT_ARMED.set()  # the slot is already released: the next may start
-        version: int = super().apply(commit)
+        done = write()
         if saves_tx and self.point == "after_save":
             die()
         if confirms and self.point == "after_confirm_commit":
             NEXT_SUBMIT_REACHED.wait(30)
             die()
-        return version
+        return done
 
 
 class ChaosSQLite(Chaos, SQLiteStore):
