@@ -93,6 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         default="v7",
         help="instance ids of the claim cases' rows: v7 as the library makes them, v4 random",
     )
+    inbox.add_argument(
+        "--finished",
+        type=int,
+        default=0,
+        help="claim-loaded: finished instances, two events each (default 1,000,000)",
+    )
+    inbox.add_argument(
+        "--pending", type=int, default=0, help="claim-loaded: pending instances (default 100,000)"
+    )
 
     sig = sub.add_parser("signals", help="timer lateness p50/p99 with an idle runner")
     sig.add_argument("--n", type=int, default=200, help="timers per store")
@@ -193,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.dsn:
             settings.dsn = args.dsn
         settings.ids = args.ids
+        settings.finished = args.finished or settings.finished
+        settings.pending = args.pending or settings.pending
         wanted = [x.strip() for x in args.only.split(",") if x.strip()] or None
 
         def log_inbox(msg: str) -> None:
