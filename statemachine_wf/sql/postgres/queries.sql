@@ -308,11 +308,21 @@ WITH held AS (
           SELECT id, 1 AS rank, priority, due_at FROM rest) AS both_picks
     GROUP BY id
 ), picked AS (
-    SELECT t.id FROM wf_tasks t JOIN cand c ON c.id = t.id
-    WHERE t.due_at <= now()
+    -- The candidates in the claim's order, each fetched by its key and locked as it is
+    -- reached, until :limit are taken: the LATERAL keeps it a key lookup per candidate
+    -- (a join let the planner scan every task of a small table: 0.9 -> 0.5 ms a claim
+    -- with 2,000 due), and the sorted, fenced subquery keeps the rows it locks to the
+    -- ones it takes (sorted after the join, it locked all the candidates, starving the
+    -- racing claims). The lock re-checks that each is still due.
+    SELECT t.id
+    FROM (SELECT * FROM cand ORDER BY rank, priority, due_at OFFSET 0) AS c
+    CROSS JOIN LATERAL (
+        SELECT w.id FROM wf_tasks w
+        WHERE w.id = c.id AND w.due_at <= now()
+        FOR UPDATE SKIP LOCKED
+    ) AS t
     ORDER BY c.rank, c.priority, c.due_at
     LIMIT %(limit)s
-    FOR UPDATE OF t SKIP LOCKED
 ), prev AS (
     -- `fast`: the step starts in this commit (decide.start's rule) unless the task is
     -- a DAG's, a run started from SQL (node '': the runner resolves its first step), in
