@@ -103,18 +103,19 @@ class SqlStore(SqlReads):
         lease: float,
         incarnation: str = "",
     ) -> tuple[int, list[Claim]]:
-        # One transaction, so one commit (one fsync) where a finish and the worker's next
-        # claim took two. The claim runs after the decision and sees it: it never takes
-        # the task the finish just deleted, and a lock the finish released is free to it.
-        # A lost CAS rolls both back: no claim is left leased to a worker that raises.
+        # The claim runs after the decision and sees it: it never takes the task the
+        # finish just deleted, and a lock the finish released is free to it. A lost CAS
+        # raises before anything is claimed.
         worker = commit.worker
         if worker is None:
             raise ValueError("apply_and_claim: the commit names no worker to claim for")
-        if not self.one_writer:
+        if not self.one_writer:  # two statements, each its own commit (see one_writer)
             version = self.apply(commit)
             return version, self.claim(
                 worker=worker, types=types, lease=lease, incarnation=incarnation
             )
+        # One writer: one transaction, so one write and one commit where there were two; a
+        # lost CAS rolls both back, and no claim is left leased to a worker that raises.
         # The claim's parameters are made after the decision's: its `now` (SQLite's clock)
         # must not be earlier than the due time the finish gave a lock waiter it woke.
         version, claimed = self._apply(
