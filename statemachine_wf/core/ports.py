@@ -241,6 +241,10 @@ class TaskQueue(Protocol):
         A wake-up rouses *one* waiting worker; a worker that then claims something passes
         the baton with :meth:`nudge`, so a burst is picked up by as many workers as it
         needs and a single new task costs a single claim.
+
+        A thread's first call returns True at once, once the store watches other
+        connections' commits (LISTEN, ``data_version``): what they made due before the
+        watch was up was heard by nobody, so the caller looks again.
         """
         ...
 

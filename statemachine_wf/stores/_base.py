@@ -152,7 +152,8 @@ class SqlBase(ABC):
     @abstractmethod
     def _start_watching(self) -> None:
         """Make sure this process hears of work other processes make due (SQLite: the
-        ``data_version`` watcher; PostgreSQL: the LISTEN thread); cheap when it does."""
+        ``data_version`` watcher; PostgreSQL: the LISTEN thread): back once it is up (or
+        has failed); cheap when it is."""
 
     # -- helpers ----------------------------------------------------------------------
     def _read_one(self, name: str, /, **params: Any) -> Row | None:
@@ -394,7 +395,13 @@ class SqlBase(ABC):
         self._made_due()
 
     def wait_for_work(self, timeout: float) -> bool:
+        # Nobody hears of other connections' commits until the watch is up, and a
+        # thread's first wait may follow a claim made before that: a task made due in
+        # between would be slept through until the safety poll. So each thread's first
+        # wait returns at once, woken, the watch up; from then on it hears every commit.
         self._start_watching()
+        if self._wakeup.first_wait():
+            return True
         return self._wakeup.wait(timeout)
 
     def nudge(self) -> None:

@@ -340,6 +340,14 @@ class Wakeup:
         self._cond = threading.Condition()
         self._sleeping = 0
         self._missed = False
+        self._seen = threading.local()
+
+    def first_wait(self) -> bool:
+        """True the first time the calling thread asks, then never again."""
+        if getattr(self._seen, "waited", False):
+            return False
+        self._seen.waited = True
+        return True
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` s; True when woken (or a wake-up was missed)."""

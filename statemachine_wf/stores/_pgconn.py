@@ -255,6 +255,7 @@ class PgConnections(SqlStore):
         self._wakeup = Wakeup()
         self._listener_lock = threading.Lock()
         self._listener: threading.Thread | None = None
+        self._listening = threading.Event()  # set once the first LISTEN ran (or failed)
         self._migrated = False
         self._live: LiveListener | None = None
 
@@ -405,19 +406,17 @@ class PgConnections(SqlStore):
         self._pool.close()
 
     def _start_watching(self) -> None:
-        if not self._listen or self._listener is not None:
+        if not self._listen or self._listening.is_set():
             return
         with self._listener_lock:
-            if self._listener is not None:
-                return
-            ready = threading.Event()
-            self._listener = threading.Thread(
-                target=self._listen_loop, args=(ready,), name="swf-listen", daemon=True
-            )
-            self._listener.start()
-        ready.wait(timeout=10)
+            if self._listener is None:
+                self._listener = threading.Thread(
+                    target=self._listen_loop, name="swf-listen", daemon=True
+                )
+                self._listener.start()
+        self._listening.wait(timeout=10)
 
-    def _listen_loop(self, ready: threading.Event) -> None:
+    def _listen_loop(self) -> None:
         # A dedicated connection: LISTEN state must not leak into the pool. On any error
         # (the server restarted) wake everyone, wait a little and connect again; once
         # listening again wake everyone too, for the notifications sent meanwhile.
@@ -426,7 +425,7 @@ class PgConnections(SqlStore):
             try:
                 with psycopg.connect(self.url, autocommit=True) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-                    ready.set()
+                    self._listening.set()
                     if lost:
                         lost = False
                         log.debug("listener: listening again")
@@ -438,7 +437,7 @@ class PgConnections(SqlStore):
                 # The pool's next call says it on the log (once), not every attempt here.
                 log.debug("listener connection lost (%s); reconnecting", _first_line(exc))
                 lost = True
-                ready.set()
+                self._listening.set()
                 self.wake()
                 self._closed.wait(self._pool.reconnect_timeout)
 

@@ -126,6 +126,7 @@ class SQLiteConnections(SqlStore):
         self._wconn: sqlite3.Connection | None = None
         self._appended: dict[str, int] = {}  # the open transaction's events: id -> seq
         self._watcher: threading.Thread | None = None
+        self._watching = threading.Event()  # set once the watcher read data_version
         self._closed = threading.Event()
         self._migrated = False
         self._live = LiveHub(start=self._start_watching, register=self._live_watch)
@@ -343,18 +344,21 @@ class SQLiteConnections(SqlStore):
     def _start_watching(self) -> None:
         # One thread per store notices other processes' commits through PRAGMA
         # data_version (a shared-memory read, no query) and wakes one worker.
+        if self._watching.is_set():
+            return
         with self._lock:
-            if self._watcher is not None:
-                return
-            self._watcher = threading.Thread(
-                target=self._watch, name="swf-sqlite-watch", daemon=True
-            )
-            self._watcher.start()
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch, name="swf-sqlite-watch", daemon=True
+                )
+                self._watcher.start()
+        self._watching.wait(timeout=10)
 
     def _watch(self) -> None:
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False)
         try:
             seen = conn.execute("PRAGMA data_version").fetchone()[0]
+            self._watching.set()
             self._live.publish_all()  # what committed before that first read
             while not self._closed.wait(0.005):
                 version = conn.execute("PRAGMA data_version").fetchone()[0]
@@ -365,6 +369,7 @@ class SQLiteConnections(SqlStore):
         except sqlite3.Error:
             log.exception("sqlite watcher stopped; workers fall back to their due-time sleeps")
         finally:
+            self._watching.set()  # nobody waits for a watch that will not come
             conn.close()
 
     # -- schema -----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from statemachine_wf import ConcurrencyConflict, Status
 from statemachine_wf.core import decide
 from statemachine_wf.core.store import Commit, Store
 from statemachine_wf.definition.events import Ev
+from statemachine_wf.stores import open_store
 from tests.integration.core.test_store_contract import new
 
 from .helpers import TYPE, cancelled, claim_one, started
@@ -157,7 +158,12 @@ def test_active_is_the_running_and_stalled_instances(store: Store) -> None:
 @pytest.mark.parametrize("how", ["wake", "nudge"])
 def test_wake_and_nudge_return_a_waiting_worker(store: Store, how: str) -> None:
     result: list[bool] = []
-    waiter = threading.Thread(target=lambda: result.append(store.wait_for_work(120)))
+
+    def wait() -> None:
+        assert store.wait_for_work(120)  # a thread's first wait returns at once (below)
+        result.append(store.wait_for_work(120))
+
+    waiter = threading.Thread(target=wait)
     began = time.monotonic()
     waiter.start()
     while waiter.is_alive() and time.monotonic() - began < 60:
@@ -166,6 +172,26 @@ def test_wake_and_nudge_return_a_waiting_worker(store: Store, how: str) -> None:
     waiter.join()
     assert result == [True]
     assert time.monotonic() - began < 60
+
+
+def test_the_first_wait_returns_at_once_for_work_made_due_before_the_watch(
+    store: Store, store_url: tuple[str, dict[str, str]]
+) -> None:
+    """A store hears of other connections' commits (LISTEN, data_version) only once its
+    watch is up, which the first wait starts: a start committed before that was heard by
+    nobody, so a thread's first wait returns at once, woken. Otherwise a runner's idle
+    worker slept through it until its safety poll (a CI failure: a timer test's start with
+    idle_poll=60). Later waits sleep until woken: test_wake_and_nudge_..., above."""
+    url, options = store_url
+    producer = open_store(url, **options)
+    try:
+        iid = new(producer)
+    finally:
+        producer.close()
+    began = time.monotonic()
+    assert store.wait_for_work(30) is True
+    assert time.monotonic() - began < 15
+    assert [c.instance.id for c in store.claim(worker="w", types=[TYPE], lease=300)] == [iid]
 
 
 def test_the_claimed_task_says_it_is_leased_as_the_stored_row_does(store: Store) -> None:
