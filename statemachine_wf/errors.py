@@ -61,11 +61,13 @@ def check_duration(name: str, seconds: float) -> float:
     return value
 
 
-def _default_message(cls: type) -> str:
+def default_message(cls: type) -> str:
     """The first paragraph of ``cls``'s own docstring on one line, else its name.
 
     Only the first paragraph: the rest of a docstring (attributes, how the runtime
     handles the error) is documentation, not a message for a log line or a stored error.
+    Public so that an adapter whose errors build their own message (Arweave's, which add
+    the HTTP details) says the same default as the core's.
     """
     paragraph = re.split(r"\n\s*\n", (cls.__doc__ or "").strip(), maxsplit=1)[0]
     return " ".join(paragraph.split()) or cls.__name__
@@ -75,7 +77,7 @@ class WorkflowError(Exception):
     """A statemachine_wf error."""
 
     def __init__(self, message: str | None = None, **attrs: Any) -> None:
-        self.message = message or _default_message(type(self))
+        self.message = message or default_message(type(self))
         # Extra keyword arguments become attributes (InputError's path and problem), so a
         # caller reads the parts without parsing the message.
         for key, value in attrs.items():

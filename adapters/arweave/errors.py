@@ -16,12 +16,13 @@ to the transaction: a workflow maps retryable errors to Retry/Stall (no funds is
 stall: it waits for someone to top the wallet up) and the others to Fail.
 
 Messages never contain key material: the gateway's answer is kept (truncated), the
-request body is not.
+request body is not. An error raised without a message says the first paragraph of its
+class docstring, on one line, as the core's errors do.
 """
 
 from __future__ import annotations
 
-from statemachine_wf.errors import WorkflowError
+from statemachine_wf.errors import WorkflowError, default_message
 
 __all__ = [
     "ArweaveError",
@@ -59,7 +60,9 @@ class ArweaveError(WorkflowError):
         self.status_code = status_code
         self.body = body[:_MAX_BODY] if body is not None else None
         self.tx_id = tx_id
-        base = message or (type(self).__doc__ or type(self).__name__).strip().splitlines()[0]
+        # With no message, the first paragraph of the class docstring, as the core's errors
+        # say (not its first line: a first sentence wrapped over two lines was cut).
+        base = message or default_message(type(self))
         details = []
         if tx_id:
             details.append(f"tx {tx_id}")

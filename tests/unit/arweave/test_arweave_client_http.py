@@ -98,6 +98,35 @@ def test_error_tree_and_retryability() -> None:
     assert TX in str(err)
 
 
+def test_an_error_without_a_message_says_its_docstrings_first_paragraph() -> None:
+    """As the core's errors do: the whole first paragraph on one line, never its first
+    line alone (a wrapped first sentence was cut) nor the rest of the docstring."""
+
+    class Wrapped(ArweaveError):
+        """The gateway refused the transaction because its anchor is older than the
+        last fifty blocks.
+
+        Attributes: none beyond ArweaveError's.
+        """
+
+    sentence = (
+        "The gateway refused the transaction because its anchor is older than the"
+        " last fifty blocks."
+    )
+    assert str(Wrapped()) == sentence
+    assert str(Wrapped(status_code=400, tx_id=TX)) == f"{sentence} (tx {TX}, HTTP 400)"
+    assert str(ArweaveError()) == "The Arweave gateway or wallet failed."
+    assert str(InsufficientFunds()) == (
+        "The wallet does not have enough AR to pay for the transaction."
+    )
+
+    class Bare(ArweaveError):
+        pass
+
+    assert str(Bare()) == "Bare"
+    assert str(Wrapped("given\n\nas is")) == "given\n\nas is"
+
+
 @pytest.mark.parametrize(
     ("response", "expected"),
     [
