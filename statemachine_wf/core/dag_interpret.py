@@ -368,6 +368,17 @@ def handed_task(decision: DagDecision) -> NodeTask | None:
     return decision.dispatch[0]
 
 
+def takes_sibling(decision: DagDecision) -> bool:
+    """Whether the worker committing ``decision`` may take another node task of the
+    instance that is due now, in that commit (``dag_apply_sibling``): when the decision
+    neither ends the instance, sets its status nor retries a node, and hands nothing over
+    (:func:`hand_off`). A fan-out's branch, say, whose commit dispatches nothing yet: its
+    worker runs the next branch without a claim."""
+    if decision.finish or decision.status is not None or decision.retry is not None:
+        return False
+    return handed_task(decision) is None
+
+
 def hand_off(decision: DagDecision) -> DagDecision | None:
     """``decision`` handing its next node straight to the worker that commits it, or None
     when it cannot: only a commit whose one dispatch is due now, that neither ends the

@@ -416,6 +416,20 @@ class DagRuns(Protocol):
         """
         ...
 
+    def dag_apply_sibling(
+        self, commit: DagCommit, *, lease: float, incarnation: str = ""
+    ) -> tuple[int, TaskRecord | None]:
+        """``dag_apply``, and another node task of the instance that is due now (not one
+        this commit dispatches) leased to ``commit.worker`` under a fresh token, its try
+        counted and its NODE_STARTED written, as ``dag_claim`` takes one: the committing
+        worker runs that node next with no claim. None when no other task is due.
+
+        Raises:
+            ValueError: the decision does not allow it (``dag_interpret.takes_sibling``).
+            ConcurrencyConflict: the instance is no longer at ``commit.version``.
+        """
+        ...
+
     def dag_save(self, name: str, definition: dict[str, Any]) -> int:
         """Store a new immutable version of the definition ``name``; return its number."""
         ...

@@ -463,21 +463,25 @@ class DagExecutor:
                 decision = make(snap, entry.view)
                 if decision is None:
                     return False
-                handed = None
-                if taken is not None and self._lease is not None:
-                    handed = interpret.hand_off(decision)
-                if handed is None:
-                    self.store.dag_apply(
-                        DagCommit(instance_id, snap.instance.version, decision, self.worker)
-                    )
+                # A worker free to run a node next takes one in this commit, leased to it
+                # there with no claim: the node it dispatches (a hand-off) or else another
+                # due one (a fan-out's next branch).
+                free = taken is not None and self._lease is not None
+                handed = interpret.hand_off(decision) if free else None
+                take = self.store.dag_apply_take if handed is not None else None
+                if free and handed is None and interpret.takes_sibling(decision):
+                    take = self.store.dag_apply_sibling
+                version, decided = snap.instance.version, handed or decision
+                commit = DagCommit(instance_id, version, decided, self.worker)
+                if take is None:
+                    version, task = self.store.dag_apply(commit), None
                 else:
-                    commit = DagCommit(instance_id, snap.instance.version, handed, self.worker)
-                    version, task = self.store.dag_apply_take(
+                    version, task = take(
                         commit, lease=self._lease or 0.0, incarnation=self._incarnation
                     )
-                    if task is not None and taken is not None:
-                        instance = replace(snap.instance, version=version)
-                        taken.append(Claim(task, instance, started=True))
+                if task is not None and taken is not None:
+                    instance = replace(snap.instance, version=version)
+                    taken.append(Claim(task, instance, started=True))
                 entry.commits += 1
                 if decision.finish:
                     self._forget(instance_id)  # over: nothing left to decide
@@ -533,9 +537,7 @@ class _Cached:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.commits = 0
-        """Commits this runner made to the instance: a read older than the last one is
-        known stale without asking the database."""
+        self.commits = 0  # this runner's commits to it: a read before the last is stale
         self.view: LogView | None = None
         self.graph: Graph | None = None
 

@@ -162,6 +162,7 @@ def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
             [{"node": t.node, "delay": t.delay, "attempt": t.attempt} for t in d.dispatch]
         ),
         "token": None,  # dag_apply_take: the dispatched task leased under this token
+        "sib_token": None,  # dag_apply_sibling: another due task leased under this one
         "lease": 0.0,
     }
 

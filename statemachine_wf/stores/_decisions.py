@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, assert_never
 
-from ..core.dag_interpret import handed_task
+from ..core.dag_interpret import handed_task, takes_sibling
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
 from ..core.store import Claim, Commit, DagCommit, NewDagInstance, TaskRecord
 from ..errors import ConcurrencyConflict, StoreError
@@ -187,7 +187,24 @@ class SqlStore(SqlReads):
             raise ValueError("dag_apply_take hands off exactly one node task due now")
         params = dag_apply_params(commit, self._encode)
         params.update(token=new_lease_token(incarnation), lease=lease)
-        row = self._dag_apply(commit, params)
+        return self._dag_taken(self._dag_apply(commit, params))
+
+    def dag_apply_sibling(
+        self, commit: DagCommit, *, lease: float, incarnation: str = ""
+    ) -> tuple[int, TaskRecord | None]:
+        # Another node task of the instance, due now, leased in the commit as dag_claim
+        # leases it (its NODE_STARTED written by the store): under the instance's row
+        # lock, which dag_claim skips, so no claim takes it meanwhile.
+        if not takes_sibling(commit.decision):
+            raise ValueError(
+                "dag_apply_sibling takes a node task in a commit that neither ends the "
+                "instance, sets its status, retries a node nor hands one over"
+            )
+        params = dag_apply_params(commit, self._encode)
+        params.update(sib_token=new_lease_token(incarnation), lease=lease)
+        return self._dag_taken(self._dag_apply(commit, params))
+
+    def _dag_taken(self, row: Row) -> tuple[int, TaskRecord | None]:
         taken = None if row["taken"] is None else self._json(row["taken"])
         return int(row["version"]), None if taken is None else task_record(
             {**taken, "leased": True}

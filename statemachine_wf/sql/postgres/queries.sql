@@ -743,6 +743,32 @@ WITH inst AS (
            %(token)s::text IS NOT NULL
     FROM inst, jsonb_to_recordset(%(dispatch)s::jsonb) AS d (node text, delay float8, attempt int)
     RETURNING *
+), sib AS (
+    -- With %(sib_token)s (dag_apply_sibling): another node task of this instance, due
+    -- now, taken for the committing worker as dag_claim takes it (leased, its try
+    -- counted, its NODE_STARTED), so a fan-out's branches run on the workers already in
+    -- it with no claim each. Not one this commit adds (not in the snapshot), and locked as
+    -- it is read, skipping one a claim holds (dag_claim skips the instance meanwhile: its
+    -- row is this statement's, `inst`).
+    SELECT t.id FROM wf_tasks t, inst
+    WHERE %(sib_token)s::text IS NOT NULL AND t.instance_id = inst.id AND t.kind = 'dag'
+      AND t.due_at <= now() AND t.slot IS DISTINCT FROM %(done)s
+    ORDER BY t.priority, t.due_at
+    LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
+), sib_taken AS (
+    UPDATE wf_tasks t
+    SET lease_owner = %(worker)s, lease_token = %(sib_token)s,
+        due_at = now() + %(lease)s * interval '1 second',
+        attempt = t.attempt + 1, in_flight = true
+    FROM sib WHERE t.id = sib.id
+    RETURNING t.*
+), sib_started AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
+    SELECT s.instance_id, s.slot, 'NODE_STARTED', s.attempt,
+           jsonb_build_object('failures', s.failures), %(worker)s
+    FROM sib_taken s
+    ON CONFLICT DO NOTHING
 )
 -- Notify only when somebody else has work (see apply_finish): more than one node task
 -- added, a delayed one or a rescheduled one (timer holders must learn the due time). A
@@ -753,7 +779,8 @@ SELECT version,
                  OR EXISTS (SELECT 1 FROM added WHERE due_at > now() AND lease_token IS NULL)
                  OR EXISTS (SELECT 1 FROM retried)
             THEN pg_notify(%(channel)s, type) END AS notified,
-       (SELECT to_jsonb(a) FROM added a WHERE a.lease_token IS NOT NULL) AS taken
+       coalesce((SELECT to_jsonb(a) FROM added a WHERE a.lease_token IS NOT NULL),
+                (SELECT to_jsonb(s) FROM sib_taken s)) AS taken
 FROM inst;
 
 -- name: dag_save

@@ -552,6 +552,21 @@ DELETE FROM wf_tasks WHERE instance_id = :id AND (:finish OR slot = :done);
 UPDATE wf_tasks
 SET due_at = :now + :retry_delay, failures = :retry_failures, in_flight = 0, lease_owner = NULL
 WHERE instance_id = :id AND slot = :retry AND lease_owner = :worker;
+-- With :sib_token (dag_apply_sibling): another node task of this instance, due now, taken
+-- for the committing worker as dag_claim takes it (before the dispatched tasks are added:
+-- not one of those, as on PostgreSQL).
+UPDATE wf_tasks
+SET lease_owner = :worker, lease_token = :sib_token, due_at = :now + :lease,
+    attempt = attempt + 1, in_flight = 1
+WHERE id = (SELECT id FROM wf_tasks
+            WHERE :sib_token IS NOT NULL AND instance_id = :id AND kind = 'dag'
+              AND due_at <= :now
+            ORDER BY priority, due_at LIMIT 1);
+INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, worker,
+                                 created_at)
+SELECT instance_id, slot, 'NODE_STARTED', attempt, json_object('failures', failures), :worker,
+       :now
+FROM wf_tasks WHERE :sib_token IS NOT NULL AND instance_id = :id AND lease_token = :sib_token;
 -- With :token (dag_apply_take: one task, due now), the task is leased to the committing
 -- worker as dag_claim leases it, its try counted; the decision's last event is its
 -- NODE_STARTED.
@@ -568,8 +583,8 @@ SELECT :version + 1 AS version,
                            'priority', t.priority, 'due_at', t.due_at, 'attempt', t.attempt,
                            'in_flight', t.in_flight, 'failures', t.failures,
                            'lease_owner', t.lease_owner, 'lease_token', t.lease_token)
-        FROM wf_tasks t WHERE :token IS NOT NULL AND t.instance_id = :id
-                              AND t.lease_token = :token) AS taken;
+        FROM wf_tasks t WHERE coalesce(:token, :sib_token) IS NOT NULL AND t.instance_id = :id
+                              AND t.lease_token = coalesce(:token, :sib_token)) AS taken;
 
 -- name: dag_save
 INSERT INTO wf_dag_definitions (name, version, definition, created_at)

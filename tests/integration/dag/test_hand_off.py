@@ -106,3 +106,20 @@ def test_a_runner_stopping_releases_the_handed_node_and_the_next_runs_it(store: 
     assert record.progress == {"output": {"b": "after"}}
     tries = [(e.node, e.attempt) for e in client.history(iid) if e.event_type == Ev.NODE_STARTED]
     assert tries.count(("b", 2)) == 1
+
+
+def test_a_fan_out_runs_its_branches_on_the_workers_already_in_it(store: Store) -> None:
+    """A branch's commit takes the next due branch of its instance for the same worker
+    (dag_apply_sibling): the branches need no claim each, and each runs exactly once."""
+    counting = CountingClaims(store)
+    client = DagClient(store)
+    iid = client.start(h.fan_out(12), {"x": 1})
+    record = run_to_end(counting, h.registry, client, iid)
+    assert record.status == Status.COMPLETED
+    assert record.progress == {"output": {f"b{i}": 1 + i for i in range(12)}}
+    branches = [c for c in counting.claimed if c.startswith("b")]
+    # Claimed: at most one branch per worker (two), the others taken by branch commits.
+    assert len(branches) <= 2
+    history = client.history(iid)
+    started = Counter(e.node for e in history if e.event_type == Ev.NODE_STARTED)
+    assert started == dict.fromkeys(["s", *(f"b{i}" for i in range(12)), "e"], 1)

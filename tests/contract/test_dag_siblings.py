@@ -1,0 +1,128 @@
+"""``dag_apply_sibling`` (``ports.DagRuns``), on SQLite and PostgreSQL: a commit that hands
+nothing over takes another due node task of its instance for the committing worker, as
+``dag_claim`` would have taken it, so a fan-out's branches need no claim each."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from statemachine_wf.core import dag_interpret as interpret
+from statemachine_wf.core.store import Claim, DagCommit, NewDagInstance, Store
+from statemachine_wf.definition.dag_models import check
+from statemachine_wf.definition.events import Ev
+from tests.integration.dag.helpers import fan_out
+
+FAN = fan_out(3)  # s -> b0, b1, b2 -> e
+GRAPH = check(FAN)
+
+
+def start(store: Store) -> str:
+    created = {"input": {"x": 1}, "dag": FAN.dump(), "ref": {"name": "fan_out"}}
+    iid, _ = store.dag_create(
+        NewDagInstance(
+            id=str(uuid.uuid4()),
+            type=FAN.type,
+            input={"x": 1},
+            start=GRAPH.start,
+            events=tuple(interpret.start_events(GRAPH, created)),
+            name="fan_out",
+        )
+    )
+    return iid
+
+
+def completion(store: Store, instance_id: str, node: str, output: Any) -> DagCommit:
+    """The executor's commit for ``node`` completing with ``output``."""
+    snap = store.dag_snapshot(instance_id)
+    assert snap is not None
+    view = interpret.LogView.of(snap.events)
+    decision = interpret.node_finished(
+        GRAPH,
+        view,
+        node,
+        view.run(node),
+        interpret.NodeOutcome(output),
+        attempt=1,
+        status=snap.instance.status,
+        open_slots=snap.open_slots,
+    )
+    assert decision is not None
+    return DagCommit(instance_id, snap.instance.version, decision, "w")
+
+
+def claim(store: Store, worker: str = "w") -> Claim:
+    [got] = store.dag_claim(worker=worker, types=[FAN.type], lease=300)
+    return got
+
+
+def test_a_branch_commit_takes_the_next_due_branch_as_a_claim_would(store: Store) -> None:
+    iid = start(store)
+    assert claim(store).task.slot == "s"
+    # The start's commit dispatches the three branches; none was due before it, so it
+    # takes none of them (not one it adds), and all three stay due for claims.
+    fan = completion(store, iid, "s", {"x": 1})
+    assert interpret.takes_sibling(fan.decision)
+    assert store.dag_apply_sibling(fan, lease=300)[1] is None
+    first = claim(store)
+    done = completion(store, iid, first.task.slot, 1)
+    assert done.decision.dispatch == ()  # the join waits for the other branches
+    version, task = store.dag_apply_sibling(done, lease=300, incarnation="host:1:abc")
+    assert version == done.version + 1
+    assert task is not None
+    # What dag_claim leases: another branch of this instance, its try counted, this
+    # worker's lease under a fresh token of the incarnation.
+    assert task.instance_id == iid
+    assert task.slot in {"b0", "b1", "b2"} - {first.task.slot}
+    assert (task.lease_owner, task.leased, task.in_flight, task.attempt) == ("w", True, True, 1)
+    assert task.lease_token is not None
+    assert task.lease_token.startswith("host:1:abc/")
+    assert task.lease_token != first.task.lease_token
+    stored = store.task(iid, task.slot)
+    assert stored is not None
+    assert (stored.lease_owner, stored.lease_token, stored.attempt) == ("w", task.lease_token, 1)
+    # Its NODE_STARTED is in the same commit (in either order with the commit's own
+    # events: two nodes, as when a claim and a commit interleave), once.
+    events = store.events(iid)
+    assert {(e.event_type, e.node) for e in events[-2:]} == {
+        (Ev.NODE_COMPLETED, first.task.slot),
+        (Ev.NODE_STARTED, task.slot),
+    }
+    started = [e for e in events if e.event_type == Ev.NODE_STARTED and e.node == task.slot]
+    assert [(e.attempt, e.payload) for e in started] == [(1, {"failures": 0})]
+    # A claim now gets the last branch only, and then nothing.
+    last = claim(store, "w2")
+    assert last.task.slot not in {first.task.slot, task.slot}
+    assert store.dag_claim(worker="w2", types=[FAN.type], lease=300) == []
+    # Fenced like a claim: released by its token, the branch is due again, its next try.
+    store.release(worker="w", instance_ids=[iid], token=task.lease_token)
+    again = claim(store, "w2")
+    assert (again.task.slot, again.task.attempt) == (task.slot, 2)
+
+
+def test_a_commit_takes_no_task_of_another_instance(store: Store) -> None:
+    mine, other = start(store), start(store)
+    [a, b] = store.dag_claim(worker="w", types=[FAN.type], lease=300, limit=2)
+    [own] = [c for c in (a, b) if c.instance.id == mine]
+    store.dag_apply(completion(store, other, "s", {"x": 1}))  # other's branches due
+    _, task = store.dag_apply_sibling(completion(store, mine, own.task.slot, {}), lease=300)
+    assert task is None
+    assert {store.task(other, f"b{i}").lease_owner for i in range(3)} == {None}  # type: ignore[union-attr]
+
+
+def test_dag_apply_sibling_refuses_a_commit_that_may_not_take_one(store: Store) -> None:
+    iid = start(store)
+    claim(store)
+    commit = completion(store, iid, "s", {"x": 1})
+    one = replace(commit.decision, dispatch=commit.decision.dispatch[:1])  # a hand-off
+    ended = replace(commit.decision, finish=True)
+    for decision in (one, ended):
+        assert not interpret.takes_sibling(decision)
+        with pytest.raises(ValueError, match="dag_apply_sibling takes a node task"):
+            store.dag_apply_sibling(replace(commit, decision=decision), lease=300)
+    snap = store.dag_snapshot(iid)
+    assert snap is not None
+    assert snap.instance.version == commit.version  # nothing written
