@@ -139,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     stmts.add_argument("--n", type=int, default=2000)
     stmts.add_argument("--concurrency", type=int, default=8)
     stmts.add_argument("--e2e", action="store_true", help="started while the runner works")
+    stmts.add_argument(
+        "--dag", choices=("fanout", "chain"), default="", help="N DAG instances, per node"
+    )
     soak = sub.add_parser(
         "soak", help="N workflows through one runner process: RSS and throughput over time"
     )
@@ -164,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         from . import statements as st
 
         for kind in [x.strip() for x in args.stores.split(",") if x.strip()]:
-            print(st.run(kind, args.n, e2e=args.e2e, concurrency=args.concurrency))
+            print(st.run(kind, args.n, e2e=args.e2e, concurrency=args.concurrency, dag=args.dag))
         return 0
     if args.cmd == "soak":
         from . import soak as sk

@@ -75,10 +75,12 @@ class _Counted:
             self.events[what] += 1
 
 
-def run(store_kind: str, n: int, *, e2e: bool, concurrency: int) -> str:
+def run(store_kind: str, n: int, *, e2e: bool, concurrency: int, dag: str = "") -> str:
+    """``dag``: N pre-created DAG instances of that shape (bench/dag.py), per node."""
     from statemachine_wf.client.machine import Client
     from statemachine_wf.runtime.runner import Runner, RunnerOptions
 
+    from . import dag as shapes
     from .workload import ThreeSteps
 
     s = core.Settings(n=n)
@@ -87,13 +89,20 @@ def run(store_kind: str, n: int, *, e2e: bool, concurrency: int) -> str:
     spec["concurrency"] = concurrency
     core.fresh_store(spec)
     try:
-        if not e2e:
+        if dag:
+            shapes.precreate(spec, dag, n)
+        elif not e2e:
             core.precreate(spec, n)
         store = core.open_store(spec)
         store.migrate()
         core.warm_pool(store, concurrency + 2)
         counted = _Counted(store)
-        runner = Runner(store, [ThreeSteps], options=RunnerOptions(concurrency=concurrency))
+        runner = Runner(
+            store,
+            [] if dag else [ThreeSteps],
+            dags=shapes.registry if dag else None,
+            options=RunnerOptions(concurrency=concurrency),
+        )
         with core.watcher(spec) as count:
             t0 = time.perf_counter()
             runner.start()
@@ -109,14 +118,20 @@ def run(store_kind: str, n: int, *, e2e: bool, concurrency: int) -> str:
     finally:
         core.drop_store(spec)
     what = "end to end (start + run)" if e2e else "pre-created"
+    if dag:
+        units, unit = n * shapes.node_count(dag), "node"
+        head = f"{store_kind}, {n} {dag} DAG instances, pre-created: {units} nodes"
+    else:
+        units, unit = n * 3, "workflow"
+        head = f"{store_kind}, {what}: {n} workflows x 3 steps"
     lines = [
-        f"{store_kind}, {what}: {n} workflows x 3 steps, {concurrency} workers, "
-        f"{3 * n / elapsed:.0f} steps/s",
-        f"{'statement':<44} {'per workflow':>12} {'server ms/call':>15}",
+        f"{head}, {concurrency} workers, {units / elapsed:.0f} {'nodes' if dag else 'steps'}/s",
+        f"{'statement':<44} {'per ' + unit:>12} {'server ms/call':>15}",
     ]
+    per = units if dag else n
     for name, (calls, cpu) in sorted(counted.calls.items(), key=lambda kv: -kv[1][0]):
         server = f"{1000 * cpu / calls:.3f}" if store_kind == "pg" else "-"
-        lines.append(f"{name:<44} {calls / n:>12.2f} {server:>15}")
+        lines.append(f"{name:<44} {calls / per:>12.2f} {server:>15}")
     for what_, times in sorted(counted.events.items()):
-        lines.append(f"{what_:<44} {times / n:>12.2f}")
+        lines.append(f"{what_:<44} {times / per:>12.2f}")
     return "\n".join(lines)
