@@ -86,7 +86,6 @@ class SqlStore(SqlReads):
             params.update(node=op.node, failures=op.failures)
         elif isinstance(op, Finish):
             names.append("apply_finish")
-            params["due_types"] = None  # apply_and_claim's question (PostgreSQL's SQL)
         elif isinstance(op, KeepTask):
             names.append("apply_keep")
         else:
@@ -94,7 +93,7 @@ class SqlStore(SqlReads):
         return names, params
 
     def apply(self, commit: Commit) -> int:
-        return int(self._apply(commit, None)[0]["version"])
+        return self._apply(commit, None)[0]
 
     def apply_and_claim(
         self,
@@ -110,41 +109,31 @@ class SqlStore(SqlReads):
         worker = commit.worker
         if worker is None:
             raise ValueError("apply_and_claim: the commit names no worker to claim for")
-        if not self.one_writer:
-            # Two statements, each its own commit (see one_writer), the claim only when the
-            # finish saw a task of `types` due: mostly a woken idle worker had taken the
-            # new work, and the claim came back empty (`python -m bench statements --e2e`).
-            row, _ = self._apply(commit, None, due_types=types)
-            if row["due_wait"] is None or row["due_wait"] > 0:
-                return int(row["version"]), []
-            claims = self.claim(worker=worker, types=types, lease=lease, incarnation=incarnation)
-            return int(row["version"]), claims
+        if not self.one_writer:  # two statements, each its own commit (see one_writer)
+            version = self.apply(commit)
+            return version, self.claim(
+                worker=worker, types=types, lease=lease, incarnation=incarnation
+            )
         # One writer: one transaction, so one write and one commit where there were two; a
         # lost CAS rolls both back, and no claim is left leased to a worker that raises.
         # The claim's parameters are made after the decision's: its `now` (SQLite's clock)
         # must not be earlier than the due time the finish gave a lock waiter it woke.
-        row, claimed = self._apply(
+        version, claimed = self._apply(
             commit, lambda: self._claim_params(types, worker, lease, 1, incarnation)
         )
-        return int(row["version"]), self._claims(claimed, worker, lease, incarnation)
+        return version, self._claims(claimed, worker, lease, incarnation)
 
     def _apply(
-        self,
-        commit: Commit,
-        claim: Callable[[], dict[str, Any]] | None,
-        due_types: Sequence[str] | None = None,
-    ) -> tuple[Row, list[tuple[Row, Any, Any]]]:
+        self, commit: Commit, claim: Callable[[], dict[str, Any]] | None
+    ) -> tuple[int, list[tuple[Row, Any, Any]]]:
         """Write ``commit``; then, in the same transaction, claim with ``claim()``'s
-        parameters. The decision's row (a finish asked ``due_types``: its ``due_wait``)
-        and the claim's rows."""
+        parameters (the claim's rows)."""
         claimed: list[tuple[Row, Any, Any]] = []
         # The parameters (the JSON encoding) before the connection: SQLite's writes queue
         # on one writer lock, and all the work done while holding it is everybody's wait.
         names, params = self._apply_plan(
             commit.instance_id, commit.version, commit.decision, commit.worker, commit.lease
         )
-        if due_types is not None:
-            params["due_types"] = self._array(due_types)
         try:
             with self._statement() if claim is None else self._transaction() as conn:
                 row = self._run_decision(conn, names, params)
@@ -166,7 +155,7 @@ class SqlStore(SqlReads):
         # worker to an empty claim: `python -m bench statements --e2e`).
         if isinstance(commit.decision.task, Park | Reschedule | Finish) and claim is None:
             self._made_due()
-        return row, claimed
+        return int(row["version"]), claimed
 
     @staticmethod
     def _dag_plan(commit: DagCommit) -> list[str]:

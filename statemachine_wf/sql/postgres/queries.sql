@@ -209,14 +209,7 @@ SELECT version, pg_notify(%(channel)s, type) FROM inst;
 -- every runner (docs/architecture.md, "Waking up").
 SELECT version,
        CASE WHEN EXISTS (SELECT 1 FROM woke) OR EXISTS (SELECT 1 FROM parent WHERE due)
-            THEN pg_notify(%(channel)s, 'finish') END AS notified,
-       -- Asked by apply_and_claim: seconds until a task of the worker's types is due (NULL:
-       -- none), which claims only when one is due now. The lock waiter this finish woke is
-       -- not in the statement's snapshot: counted as due (the claim takes it).
-       CASE WHEN %(due_types)s::text[] IS NULL THEN NULL
-            WHEN EXISTS (SELECT 1 FROM woke) THEN 0.0
-            ELSE extract(epoch FROM (swf_first_due(%(due_types)s::text[], 'machine') - now()))
-       END::float8 AS due_wait
+            THEN pg_notify(%(channel)s, 'finish') END AS notified
 FROM inst;
 
 -- name: apply_keep

@@ -82,34 +82,6 @@ def test_a_backlog_runs_on_one_claim_each_step_started_once(store: Store) -> Non
     assert counting.calls["finish empty"] == 1
 
 
-def test_a_finish_claims_only_when_a_task_of_its_types_is_due(
-    store: Store, monkeypatch: Any
-) -> None:
-    """The finish that ends the last instance finds nothing due: no claim statement at all
-    (PostgreSQL makes the claim after the finish, apart, only when the finish saw a task
-    due; SQLite claims inside the finish's transaction). The runner then sleeps."""
-    client = Client(store, [Two])
-    iid = client.start(Two, In(n=0))
-    statements: Counter[str] = Counter()
-    claim = store.claim
-
-    def counted(**kwargs: Any) -> list[Claim]:
-        statements["claim"] += 1
-        return claim(**kwargs)
-
-    monkeypatch.setattr(store, "claim", counted)  # what apply_and_claim calls, too
-    counting = Counting(store)
-    Runner(
-        counting,  # type: ignore[arg-type]
-        [Two],
-        options=RunnerOptions(concurrency=1, idle_poll=0.2, reconcile_on_start=False),
-    ).run_until_idle(timeout=30)
-    assert client.get(iid).status == Status.COMPLETED
-    assert counting.calls["finish empty"] == 1
-    # Every claim statement is one the runner made itself: none inside the finish.
-    assert statements["claim"] == counting.calls["claim took"] + counting.calls["claim empty"]
-
-
 class Held(Workflow[In, BaseModel]):
     workflow_type = "t.finish_claims.held.v1"
     inside = threading.Event()
