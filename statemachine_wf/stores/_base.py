@@ -34,6 +34,7 @@ script per item, having no set of "rows this statement inserted"); and ``dag_sna
 from __future__ import annotations
 
 import json
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -148,12 +149,30 @@ class SqlBase(ABC):
 
     _wakeup: Wakeup
     """How this process's idle workers sleep (``wait_for_work``); the dialect makes it."""
+    _watch_thread: ClassVar[str]
+    """The name of the thread that runs ``_watch``."""
+    _watcher: threading.Thread | None
+    _watch_lock: threading.Lock
+    _watching: threading.Event
+    """Set by ``_watch`` once it hears other processes' commits (or has failed)."""
+
+    def _start_watching(self) -> None:
+        """Make sure this process hears of work other processes make due: back once the
+        watch (``_watch``, one thread per store) is up or has failed; cheap when it is."""
+        if self._watching.is_set():
+            return
+        with self._watch_lock:
+            if self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch, name=self._watch_thread, daemon=True
+                )
+                self._watcher.start()
+        self._watching.wait(timeout=10)
 
     @abstractmethod
-    def _start_watching(self) -> None:
-        """Make sure this process hears of work other processes make due (SQLite: the
-        ``data_version`` watcher; PostgreSQL: the LISTEN thread): back once it is up (or
-        has failed); cheap when it is."""
+    def _watch(self) -> None:
+        """Hear other processes' commits and wake a worker for each (SQLite: PRAGMA
+        ``data_version``; PostgreSQL: LISTEN), until the store closes."""
 
     # -- helpers ----------------------------------------------------------------------
     def _read_one(self, name: str, /, **params: Any) -> Row | None:

@@ -170,6 +170,8 @@ def _jsonb(value: Any) -> Jsonb:
 class PgConnections(SqlStore):
     """A :class:`SqlStore` on a PostgreSQL pool: the connection side of the store."""
 
+    _watch_thread = "swf-listen"
+
     def __init__(
         self,
         url: str,
@@ -251,11 +253,12 @@ class PgConnections(SqlStore):
             self._closed.set()
             self._pool.close()
             raise
-        self._listen = listen
         self._wakeup = Wakeup()
-        self._listener_lock = threading.Lock()
-        self._listener: threading.Thread | None = None
-        self._listening = threading.Event()  # set once the first LISTEN ran (or failed)
+        self._watch_lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self._watching = threading.Event()  # set once the first LISTEN ran (or failed)
+        if not listen:
+            self._watching.set()  # no LISTEN thread: workers sleep until their due times
         self._migrated = False
         self._live: LiveListener | None = None
 
@@ -401,22 +404,11 @@ class PgConnections(SqlStore):
         self.wake()
         if self._live is not None:
             self._live.stop()
-        if self._listener is not None:
-            self._listener.join(timeout=5)
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
         self._pool.close()
 
-    def _start_watching(self) -> None:
-        if not self._listen or self._listening.is_set():
-            return
-        with self._listener_lock:
-            if self._listener is None:
-                self._listener = threading.Thread(
-                    target=self._listen_loop, name="swf-listen", daemon=True
-                )
-                self._listener.start()
-        self._listening.wait(timeout=10)
-
-    def _listen_loop(self) -> None:
+    def _watch(self) -> None:
         # A dedicated connection: LISTEN state must not leak into the pool. On any error
         # (the server restarted) wake everyone, wait a little and connect again; once
         # listening again wake everyone too, for the notifications sent meanwhile.
@@ -425,7 +417,7 @@ class PgConnections(SqlStore):
             try:
                 with psycopg.connect(self.url, autocommit=True) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-                    self._listening.set()
+                    self._watching.set()
                     if lost:
                         lost = False
                         log.debug("listener: listening again")
@@ -437,7 +429,7 @@ class PgConnections(SqlStore):
                 # The pool's next call says it on the log (once), not every attempt here.
                 log.debug("listener connection lost (%s); reconnecting", _first_line(exc))
                 lost = True
-                self._listening.set()
+                self._watching.set()
                 self.wake()
                 self._closed.wait(self._pool.reconnect_timeout)
 

@@ -109,6 +109,8 @@ class _Group:
 class SQLiteConnections(SqlStore):
     """A :class:`SqlStore` on one SQLite file: the connection side of the store."""
 
+    _watch_thread = "swf-sqlite-watch"
+
     def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout: float = 30.0):
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
@@ -126,6 +128,7 @@ class SQLiteConnections(SqlStore):
         self._wconn: sqlite3.Connection | None = None
         self._appended: dict[str, int] = {}  # the open transaction's events: id -> seq
         self._watcher: threading.Thread | None = None
+        self._watch_lock = threading.Lock()
         self._watching = threading.Event()  # set once the watcher read data_version
         self._closed = threading.Event()
         self._migrated = False
@@ -341,20 +344,9 @@ class SQLiteConnections(SqlStore):
         self._local = threading.local()
         self._wconn = None
 
-    def _start_watching(self) -> None:
-        # One thread per store notices other processes' commits through PRAGMA
-        # data_version (a shared-memory read, no query) and wakes one worker.
-        if self._watching.is_set():
-            return
-        with self._lock:
-            if self._watcher is None:
-                self._watcher = threading.Thread(
-                    target=self._watch, name="swf-sqlite-watch", daemon=True
-                )
-                self._watcher.start()
-        self._watching.wait(timeout=10)
-
     def _watch(self) -> None:
+        # Other processes' commits, through PRAGMA data_version (a shared-memory read, no
+        # query): each change wakes one worker.
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout, check_same_thread=False)
         try:
             seen = conn.execute("PRAGMA data_version").fetchone()[0]

@@ -83,7 +83,7 @@ class PostgresStore(PgConnections):
 
     # -- live updates -----------------------------------------------------------------
     def live_hub(self) -> LiveHub:
-        with self._listener_lock:
+        with self._watch_lock:
             if self._live is None:
                 self._live = LiveListener(
                     self.url,

@@ -35,13 +35,14 @@ def start(
 ) -> tuple[str, bool]:
     """``dag_create`` as ``DagClient`` calls it."""
     created = {"input": {"x": 1}, "dag": definition.dump(), "ref": {"name": name}}
+    graph = check(definition)
     return store.dag_create(
         NewDagInstance(
             id=str(uuid.uuid4()),
             type=definition.type,
             input={"x": 1},
-            start=GRAPH.start,
-            events=tuple(interpret.start_events(GRAPH, created)),
+            start=graph.start,
+            events=tuple(interpret.start_events(graph, created)),
             name=name,
             test=test,
             idempotency_key=key,
@@ -49,14 +50,14 @@ def start(
     )
 
 
-def completion(store: Store, claim: Claim, output: Any) -> DagCommit:
+def completion(store: Store, claim: Claim, output: Any, graph: Any = GRAPH) -> DagCommit:
     """The executor's commit for ``claim``'s node completing with ``output``."""
     instance_id, node = claim.instance.id, claim.task.slot
     snap = store.dag_snapshot(instance_id)
     assert snap is not None
     view = interpret.LogView.of(snap.events)
     decision = interpret.node_finished(
-        GRAPH,
+        graph,
         view,
         node,
         view.run(node),

@@ -4,54 +4,29 @@ nothing over takes another due node task of its instance for the committing work
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from statemachine_wf.core import dag_interpret as interpret
-from statemachine_wf.core.store import Claim, DagCommit, NewDagInstance, Store
+from statemachine_wf.core.store import Claim, DagCommit, Store
 from statemachine_wf.definition.dag_models import check
 from statemachine_wf.definition.events import Ev
 from tests.integration.dag.helpers import fan_out
+
+from . import test_dag_runs as runs
 
 FAN = fan_out(3)  # s -> b0, b1, b2 -> e
 GRAPH = check(FAN)
 
 
 def start(store: Store) -> str:
-    created = {"input": {"x": 1}, "dag": FAN.dump(), "ref": {"name": "fan_out"}}
-    iid, _ = store.dag_create(
-        NewDagInstance(
-            id=str(uuid.uuid4()),
-            type=FAN.type,
-            input={"x": 1},
-            start=GRAPH.start,
-            events=tuple(interpret.start_events(GRAPH, created)),
-            name="fan_out",
-        )
-    )
-    return iid
+    return runs.start(store, name="fan_out", definition=FAN)[0]
 
 
-def completion(store: Store, instance_id: str, node: str, output: Any) -> DagCommit:
-    """The executor's commit for ``node`` completing with ``output``."""
-    snap = store.dag_snapshot(instance_id)
-    assert snap is not None
-    view = interpret.LogView.of(snap.events)
-    decision = interpret.node_finished(
-        GRAPH,
-        view,
-        node,
-        view.run(node),
-        interpret.NodeOutcome(output),
-        attempt=1,
-        status=snap.instance.status,
-        open_slots=snap.open_slots,
-    )
-    assert decision is not None
-    return DagCommit(instance_id, snap.instance.version, decision, "w")
+def completion(store: Store, claim: Claim, output: Any) -> DagCommit:
+    return runs.completion(store, claim, output, GRAPH)
 
 
 def claim(store: Store, worker: str = "w") -> Claim:
@@ -61,14 +36,15 @@ def claim(store: Store, worker: str = "w") -> Claim:
 
 def test_a_branch_commit_takes_the_next_due_branch_as_a_claim_would(store: Store) -> None:
     iid = start(store)
-    assert claim(store).task.slot == "s"
+    first_node = claim(store)
+    assert first_node.task.slot == "s"
     # The start's commit dispatches the three branches; none was due before it, so it
     # takes none of them (not one it adds), and all three stay due for claims.
-    fan = completion(store, iid, "s", {"x": 1})
+    fan = completion(store, first_node, {"x": 1})
     assert interpret.takes_sibling(fan.decision)
     assert store.dag_apply_sibling(fan, lease=300)[1] is None
     first = claim(store)
-    done = completion(store, iid, first.task.slot, 1)
+    done = completion(store, first, 1)
     assert done.decision.dispatch == ()  # the join waits for the other branches
     version, task = store.dag_apply_sibling(done, lease=300, incarnation="host:1:abc")
     assert version == done.version + 1
@@ -107,16 +83,16 @@ def test_a_commit_takes_no_task_of_another_instance(store: Store) -> None:
     mine, other = start(store), start(store)
     [a, b] = store.dag_claim(worker="w", types=[FAN.type], lease=300, limit=2)
     [own] = [c for c in (a, b) if c.instance.id == mine]
-    store.dag_apply(completion(store, other, "s", {"x": 1}))  # other's branches due
-    _, task = store.dag_apply_sibling(completion(store, mine, own.task.slot, {}), lease=300)
+    [theirs] = [c for c in (a, b) if c.instance.id == other]
+    store.dag_apply(completion(store, theirs, {"x": 1}))  # other's branches due
+    _, task = store.dag_apply_sibling(completion(store, own, {}), lease=300)
     assert task is None
     assert {store.task(other, f"b{i}").lease_owner for i in range(3)} == {None}  # type: ignore[union-attr]
 
 
 def test_dag_apply_sibling_refuses_a_commit_that_may_not_take_one(store: Store) -> None:
     iid = start(store)
-    claim(store)
-    commit = completion(store, iid, "s", {"x": 1})
+    commit = completion(store, claim(store), {"x": 1})
     one = replace(commit.decision, dispatch=commit.decision.dispatch[:1])  # a hand-off
     ended = replace(commit.decision, finish=True)
     for decision in (one, ended):
