@@ -45,6 +45,7 @@ from . import observe
 from .driver import MachineDriver, NextClaim
 from .observe import NOOP, Observer
 from .operations import engine
+from .twins import release_dead_twins
 
 if TYPE_CHECKING:
     from .dag_handlers import Registry
@@ -53,27 +54,6 @@ log = logging.getLogger("statemachine_wf.runner")
 
 _CONTENDED = 0.005
 """Seconds an idle worker sleeps when work is due that its claim could not take."""
-
-
-def _dead_here(incarnation: str, host: str) -> bool:
-    """Is ``incarnation`` (host:pid:random) a process of ``host`` that no longer runs?
-
-    The process of this runner counts as alive (another Runner object in it may hold the
-    leases), as does one we cannot see (another host, a pid we may not signal).
-    """
-    parts = incarnation.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
-        return False
-    pid = int(parts[1])
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 class Runner:
@@ -113,7 +93,7 @@ class Runner:
         self.dependencies = dict(dependencies or {})
         # Every Runner object is its own incarnation (host:pid:random), the prefix of the
         # lease token of each claim it takes: two runners given the same worker id never
-        # extend or release each other's leases (see :meth:`_release_dead_twins`).
+        # extend or release each other's leases (see :mod:`.twins`).
         self.incarnation = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.worker_id = self.opts.worker_id or self.incarnation
         self.classes: dict[str, type[Workflow[Any, Any]]] = {}
@@ -182,7 +162,7 @@ class Runner:
         if self.dag_types:  # every type is one kind only; a DAG type no runner hosts is told
             self.store.register_types(self.dag_types, by=self.worker_id, kind="dag")
         if self.opts.worker_id is not None:
-            self._release_dead_twins(self.opts.worker_id)
+            release_dead_twins(self.store, self.opts.worker_id, self.incarnation)
         if self.opts.reconcile_on_start:
             self._queue_startup()
         for n in range(self.opts.concurrency):
@@ -198,20 +178,6 @@ class Runner:
             self.opts.concurrency,
             list(self.types),
         )
-
-    def _release_dead_twins(self, worker_id: str) -> None:
-        """Restarted under a stable id: hand back the leases of our previous lives.
-
-        Only of an incarnation known dead: one of this host whose process is gone. A
-        live twin (another process given the same id, here or on another host) keeps
-        its leases; those of a dead one elsewhere simply run out (nobody extends them).
-        """
-        host = socket.gethostname()
-        for incarnation in self.store.lease_incarnations(worker=worker_id):
-            if incarnation == self.incarnation or not _dead_here(incarnation, host):
-                continue
-            log.info("worker %s: releasing the leases of dead runner %s", worker_id, incarnation)
-            self.store.release(worker=worker_id, incarnation=incarnation)
 
     def stop(self, timeout: float | None = 60.0) -> None:
         """Stop claiming, let running steps finish, hand back what is not started."""
