@@ -325,9 +325,10 @@ def test_pg_notifies_once_per_decision_and_only_while_watched(
 def test_pg_watcher_survives_losing_its_listen_connection(
     pg_store: PostgresStore, pg_dsn: str
 ) -> None:
-    key = f"reconnect-{os.urandom(4).hex()}"
+    key, other_key = f"reconnect-{os.urandom(4).hex()}", f"keep-{os.urandom(4).hex()}"
     dags = DagClient(pg_store)
     iid = dags.start(gated_diamond(key))
+    other = dags.start(gated_diamond(other_key))  # watched throughout: the listener stays
     admin = psycopg.connect(pg_dsn, autocommit=True)
 
     def listen_pids() -> list[int]:
@@ -345,7 +346,15 @@ def test_pg_watcher_survives_losing_its_listen_connection(
                 seen.append(update)
             return seen
 
+        async def keep() -> None:
+            async for _ in watch(pg_store, other, resync=NO_RESYNC):
+                pass
+
         task = asyncio.create_task(follow())
+        # A second subscriber until the end: the listener is wanted after the first watch
+        # ends, which it may do before the reconnect (told of the loss at once, it re-reads
+        # the log, and the run's last commits can be in it by then).
+        keeper = asyncio.create_task(keep())
         with h.running(pg_store):
             await until(
                 lambda: any(u.node == "d" and u.event_type == Ev.NODE_STARTED for u in seen)
@@ -353,10 +362,14 @@ def test_pg_watcher_survives_losing_its_listen_connection(
             (old,) = listen_pids()
             admin.execute("SELECT pg_terminate_backend(%s)", (old,))
             # The rest of the run commits while the listener is down or reconnecting.
+            await until(lambda: old not in listen_pids())
             gates.setdefault(key, threading.Event()).set()
             await asyncio.to_thread(dags.wait, iid)
             updates = await asyncio.wait_for(task, 60)
-            assert listen_pids() not in ([], [old])  # it reconnected
+            # It reconnects a second after the loss (while the keeper still watches).
+            await until(lambda: listen_pids() not in ([], [old]), timeout=15)
+            gates.setdefault(other_key, threading.Event()).set()
+            await asyncio.wait_for(keeper, 60)
             return updates
 
     try:
