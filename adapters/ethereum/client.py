@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -28,9 +27,6 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any, Literal, TypeAlias, cast
 
-import requests
-import requests.adapters
-import requests.utils
 from eth_typing import ChecksumAddress
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
@@ -55,6 +51,7 @@ from .errors import (
 )
 from .heads import HeadWatcher
 from .signer import SignedTx
+from .transport import http_session
 
 __all__ = [
     "ConfirmationRule",
@@ -113,31 +110,6 @@ def _hex(value: bytes | str) -> str:
     return HexBytes(value).to_0x_hex()
 
 
-def _http_session(url: str, *, pool: int = 64) -> requests.Session:
-    """One HTTP session for every thread of a client, the environment read once.
-
-    With ``trust_env`` on, requests looks for ``~/.netrc`` and reads the proxy and CA
-    variables on *every* request: a file lookup per JSON-RPC call, 4-6 % of a chain step's
-    CPU in ``python -m bench chain``'s profile. They are read here once and kept (the
-    proxies for this URL, ``NO_PROXY`` honoured; netrc credentials; a CA bundle), so a node
-    behind a proxy or with a private CA still works. One pool of ``pool`` connections
-    serves the runner's threads (web3's default, a session per thread, kept at most 100).
-    """
-    session = requests.Session()
-    session.proxies.update(requests.utils.get_environ_proxies(url))
-    auth = requests.utils.get_netrc_auth(url)
-    if auth:
-        session.auth = auth
-    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    if bundle:
-        session.verify = bundle
-    session.trust_env = False
-    adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=pool)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
 class EthereumClient:
     """Chain access for the transaction queue and the reconcilers.
 
@@ -168,7 +140,7 @@ class EthereumClient:
         provider = Web3.HTTPProvider(
             url,
             request_kwargs={"timeout": timeout},
-            session=_http_session(url),
+            session=http_session(url),
             # No hidden retries under ours: the queue's retry policy decides, and an outage
             # must surface as RpcUnavailable after `timeout`, not after web3's backoff.
             exception_retry_configuration=None,

@@ -1,34 +1,17 @@
 """The port methods written once for both stores: the SQL differs, the Python does not.
 
 :class:`SqlBase` (here) and :class:`~._decisions.SqlStore` (its subclass, the
-decisions) hold every method whose logic is the same on SQLite and PostgreSQL once
-the SQL text and the connection handling are set aside: the reads, and the writes that
-are one statement (PostgreSQL) or a short script of set-based statements inside one
-``BEGIN IMMEDIATE`` transaction (SQLite). A query is named: ``sql/<dialect>/queries.sql``
-holds a section of the same name and the same parameter names in each dialect, so one
-params dict serves both (each driver ignores the names a statement does not use: the
-SQLite queries take ``:now`` where PostgreSQL calls ``now()``).
+decisions: the CAS commits and the claims) hold every method whose logic is the same on
+SQLite and PostgreSQL once the SQL text and the connection handling are set aside. A
+query is named: ``sql/<dialect>/queries.sql`` holds a section of the same name and the
+same parameter names in each dialect, so one params dict serves both (each driver
+ignores the names a statement does not use: SQLite's queries take ``:now`` where
+PostgreSQL calls ``now()``).
 
-A dialect supplies the primitives: a connection for reads, one for a write transaction
-(and one for a single write statement), how to run a named query on it, how to encode a
-JSON value and an array parameter, and what to do after a write made work due. Each
-dialect still translates its driver's errors in one wrapper of its own
-(``wrap_errors``), applied by those primitives.
-
-The CAS commits are written once too, in :mod:`._decisions` (``apply``, ``dag_apply``): a
-decision is a list of named pieces whose first statement is the CAS on
-``wf_instances.version``, and a dialect supplies only how to run them guarded by it
-(``_run_decision``: PostgreSQL one statement of data-modifying CTEs, SQLite a script that
-stops when the CAS changed no row). So are the claims (``claim``, ``claim_instance``,
-``dag_claim``), ``quarantine``, ``create``, ``create_many`` and ``dag_create``.
-
-What a dialect still hands over by itself, each for a reason of its SQL: the claimed
-instance and its due signals (``_claimed_instance``, ``_claimed_signals``: PostgreSQL's
-statement returns them as ``to_jsonb``, while SQLite's JSON renders a REAL with 15
-significant digits, so SQLite reads them as columns in the claim's transaction); a batch
-of creates (``_create_batch``: PostgreSQL one statement over arrays, SQLite the create
-script per item, having no set of "rows this statement inserted"); and ``dag_snapshot``
-(PostgreSQL one statement from one MVCC snapshot, SQLite three reads, the version first).
+A dialect supplies the primitives below (connections, running a named query, JSON and
+array parameters, the wake-ups) and translates its driver's errors in one wrapper of its
+own (``wrap_errors``). What a dialect still hands over by itself, and why, is in
+docs/architecture.md, "One store over two dialects".
 """
 
 from __future__ import annotations

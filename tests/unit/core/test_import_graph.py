@@ -230,3 +230,24 @@ def test_config_is_the_only_reader_of_the_environment() -> None:
             ):
                 readers.append(f"{relative}:{node.lineno}")
     assert readers == []
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """Small modules: none of the package's, the adapters and reconcilers installed under
+    it included, is longer than 600 lines; a longer one is two things to split."""
+    import statemachine_wf.adapters
+    import statemachine_wf.reconcilers
+
+    packages = (statemachine_wf, statemachine_wf.adapters, statemachine_wf.reconcilers)
+    roots = [pathlib.Path(p.__file__).resolve().parent for p in packages]
+    paths = sorted({path.resolve() for root in roots for path in root.rglob("*.py")})
+    assert {r.name for r in roots} <= {p.parent.name for p in paths}  # every tree was read
+    longer = [
+        f"{path}: {n} lines"
+        for path in paths
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert longer == []
