@@ -257,7 +257,8 @@ class TaskQueue(Protocol):
         ...
 
     def wake(self) -> None:
-        """Return every ``wait_for_work`` of this process now (shutdown)."""
+        """Return every ``wait_for_work`` of this process now, and every thread's next one
+        at once (shutdown; the store's watch reconnected, notifications may be lost)."""
         ...
 
     def wake_parent(self, child_id: str) -> None:

@@ -400,10 +400,10 @@ class SqlBase(ABC):
         # Nobody hears of other connections' commits until the watch is up, and a
         # thread's first wait may follow a claim made before that: a task made due in
         # between would be slept through until the safety poll. So each thread's first
-        # wait returns at once, woken, the watch up; from then on it hears every commit.
+        # wait returns at once, woken, the watch up; from then on it hears every commit
+        # (and after a reconnect of the watch, every thread's next wait returns at once:
+        # Wakeup.wake_all).
         self._start_watching()
-        if self._wakeup.first_wait():
-            return True
         return self._wakeup.wait(timeout)
 
     def nudge(self) -> None:
