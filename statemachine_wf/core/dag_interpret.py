@@ -236,35 +236,18 @@ class LogView:
         )
 
 
-def _loops_holding(graph: Graph, node: str) -> list[str]:
-    """The loops whose body holds ``node``, innermost first."""
-    chain = []
-    cur = graph.scope[node]
-    while cur is not None:
-        chain.append(cur)
-        cur = graph.scope[cur]
-    return chain
-
-
 def _since(graph: Graph, view: LogView, edge: Edge) -> int:
-    """Where an edge's firing starts to count: the iteration both its ends share."""
-    around_source = set(_loops_holding(graph, edge.source))
-    if graph.nodes[edge.source].type == "loop":
-        around_source.add(edge.source)  # a loop's own edges into its body
-    # The innermost loop holding both ends: a firing from an earlier iteration of it is
-    # last round's and must not open this round's join.
-    for loop in _loops_holding(graph, edge.target):
-        if loop in around_source:
-            return view.scope_start(loop)
-    # No loop in common: the source ran outside the target's loop (before it, say), so
-    # its one firing counts for every iteration.
-    return 0
+    """Where an edge's firing starts to count: the current iteration of the innermost
+    loop both its ends share. A firing from an earlier iteration of it is last round's
+    and must not open this round's join; with no loop in common, the source ran outside
+    the target's loop (before it, say), so its one firing counts for every iteration."""
+    loop = graph.shared_loop(edge)
+    return 0 if loop is None else view.scope_start(loop)
 
 
 def ready(graph: Graph, view: LogView, node: str) -> str | None:
     """How ``node`` is to be dispatched now (``"entry"`` or ``"back"``), or None."""
-    back = [e for e in graph.incoming[node] if graph.is_back(e)]
-    entry = [e for e in graph.incoming[node] if not graph.is_back(e)]
+    entry, back = graph.joins[node]
     dispatched = view.dispatches.get(node, [])
     if back and dispatched:
         # A loop's next round: only once this node's last run is settled and every back
@@ -284,8 +267,9 @@ def ready(graph: Graph, view: LogView, node: str) -> str | None:
         return None
     # The barrier: an edge counts only if its source completed with the edge's handle
     # within the iteration both ends share (_since), so last round's results never open
-    # this round's join.
-    fired = [view.fired(e, _since(graph, view, e)) for e in entry]
+    # this round's join. Lazily: `all` stops at the first edge not fired, so the
+    # branches of a wide join do not each look at every other branch.
+    fired = (view.fired(e, _since(graph, view, e)) for e in entry)
     ok = all(fired) if graph.nodes[node].join == "all" else any(fired)
     return "entry" if ok else None
 

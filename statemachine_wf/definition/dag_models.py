@@ -87,6 +87,47 @@ class Graph:
         return _key(edge) in self.back_edges
 
     @cached_property
+    def joins(self) -> Mapping[str, tuple[tuple[Edge, ...], tuple[Edge, ...]]]:
+        """Node -> its incoming edges split once: (entry edges, back edges).
+
+        The interpreter asks whether a node is ready on every completion of a branch
+        into it; split there, a 100-branch join cost 100 edge lookups per branch.
+        """
+        back = self.back_edges
+        return {
+            node: (
+                tuple(e for e in edges if _key(e) not in back),
+                tuple(e for e in edges if _key(e) in back),
+            )
+            for node, edges in self.incoming.items()
+        }
+
+    def shared_loop(self, edge: Edge) -> str | None:
+        """The innermost loop holding both ends of ``edge`` (a loop's own edges into its
+        body count as inside it), None when they share none: the iteration a firing of
+        the edge counts in (the interpreter's join barrier)."""
+        return self._shared_loops[_key(edge)]
+
+    @cached_property
+    def _shared_loops(self) -> Mapping[tuple[str, str, str | None], str | None]:
+        def holding(node: str) -> list[str]:  # innermost first
+            chain, cur = [], self.scope[node]
+            while cur is not None:
+                chain.append(cur)
+                cur = self.scope[cur]
+            return chain
+
+        out: dict[tuple[str, str, str | None], str | None] = {}
+        for edges in self.incoming.values():
+            for e in edges:
+                around_source = set(holding(e.source))
+                if self.nodes[e.source].type == "loop":
+                    around_source.add(e.source)
+                shared = (loop for loop in holding(e.target) if loop in around_source)
+                out[_key(e)] = next(shared, None)
+        return out
+
+    @cached_property
     def scope(self) -> Mapping[str, str | None]:
         """Node -> the innermost loop whose body holds it (None at the top level)."""
         out: dict[str, str | None] = {}
