@@ -1,0 +1,5 @@
+-- Nothing to change on PostgreSQL; the number keeps both dialects at the same schema
+-- version. SQLite's 017 makes INSERT INTO wf_signals take an instance id in any spelling
+-- of a UUID (upper or mixed case, braces, no hyphens) and store the canonical id. Here
+-- wf_signals.instance_id is a uuid, whose input already does that: the trigger and the
+-- row see the canonical id, and text that is no UUID is refused by the cast.
