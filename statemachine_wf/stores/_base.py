@@ -39,7 +39,6 @@ from ..definition.events import EventRecord, NewEvent, Status
 from ..definition.limits import configured_max_payload_bytes
 from ..errors import ConcurrencyConflict, InvalidState, SchemaTooNew, StoreError, TypeKindConflict
 from ._common import (
-    Wakeup,
     event_record,
     incarnation_prefix,
     instance_record,
@@ -51,6 +50,7 @@ from ._common import (
     task_record,
 )
 from ._sql import migrations
+from ._wakeup import Wakeup
 
 Row = Any
 """A row as the driver returns it: ``sqlite3.Row`` or psycopg's ``dict_row``; both are

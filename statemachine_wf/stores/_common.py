@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -323,66 +322,6 @@ def event_record(row: Mapping[str, Any]) -> EventRecord:
         worker=row["worker"],
         created_at=_time(row["created_at"]),
     )
-
-
-class Wakeup:
-    """How a store's idle workers sleep: one wake-up rouses one worker (the baton).
-
-    A worker that claims something calls :meth:`nudge` to pass the baton on, so a burst
-    is picked up by as many workers as it needs and a single task costs a single claim.
-
-    A nudge with no worker asleep is remembered (one, not a count) and the next
-    :meth:`wait` returns at once: otherwise a worker whose claim read just before a commit
-    and that goes to sleep just after its notification would sleep through it until the
-    safety poll, with the new task due and nobody awake to take it.
-
-    :meth:`wake_all` is for when the notifications themselves may have been lost (the
-    watch reconnected, the store closes): it counts an epoch, and a thread's wait returns
-    at once when the epoch moved since its last wait returned. So the workers awake at
-    that moment (between a claim and their sleep) look again too, not only those asleep.
-    A thread's first wait returns at once for the same reason (see ``wait_for_work``).
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._sleeping = 0
-        self._missed = False
-        self._epoch = 0
-        self._seen = threading.local()  # .epoch: the epoch when this thread last woke
-
-    def wait(self, timeout: float) -> bool:
-        """Sleep up to ``timeout`` s; True when woken (or a wake-up was missed)."""
-        with self._cond:
-            seen = getattr(self._seen, "epoch", None)
-            self._seen.epoch = self._epoch
-            if seen != self._epoch:
-                self._missed = False  # this thread looks again: that was the nudge's ask
-                return True  # the first wait, or everyone was woken since the last one
-            if self._missed:
-                self._missed = False
-                return True
-            self._sleeping += 1
-            try:
-                return self._cond.wait(timeout=timeout)
-            finally:
-                self._sleeping -= 1
-                # Woken by wake_all, this thread has looked at nothing since: the epoch
-                # it bumped is the one it has seen.
-                self._seen.epoch = self._epoch
-
-    def nudge(self) -> None:
-        """Wake one sleeping worker, or the next one to sleep."""
-        with self._cond:
-            if self._sleeping:
-                self._cond.notify(1)
-            else:
-                self._missed = True
-
-    def wake_all(self) -> None:
-        """Wake every worker: those asleep now, and every other at its next wait."""
-        with self._cond:
-            self._epoch += 1
-            self._cond.notify_all()
 
 
 def new_lease_token(incarnation: str = "") -> str:

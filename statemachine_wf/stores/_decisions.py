@@ -110,10 +110,13 @@ class SqlStore(SqlReads):
         if worker is None:
             raise ValueError("apply_and_claim: the commit names no worker to claim for")
         if not self.one_writer:  # two statements, each its own commit (see one_writer)
-            version = self.apply(commit)
-            return version, self.claim(
-                worker=worker, types=types, lease=lease, incarnation=incarnation
-            )
+            # The claim is under way from the decision on: a start's notification that
+            # arrives meanwhile is covered by this claim (Wakeup.notify).
+            with self._wakeup.claiming(types):
+                version = self.apply(commit)
+                return version, self.claim(
+                    worker=worker, types=types, lease=lease, incarnation=incarnation
+                )
         # One writer: one transaction, so one write and one commit where there were two; a
         # lost CAS rolls both back, and no claim is left leased to a worker that raises.
         # The claim's parameters are made after the decision's: its `now` (SQLite's clock)
@@ -272,7 +275,8 @@ class SqlStore(SqlReads):
             # baton) found this empty in a write of its own, one per workflow and more.
             return []
         params = self._claim_params(types, worker, lease, limit, incarnation)
-        with self._statement() as conn:
+        with self._wakeup.claiming(types) as sent, self._statement() as conn:
+            sent()  # from here on, what is notified is for the next claim
             claimed = self._claim_rows(conn, params)
         return self._claims(claimed, worker, lease, incarnation)
 

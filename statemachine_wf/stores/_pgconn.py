@@ -23,9 +23,10 @@ from typing import Any
 
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
-from ._common import Wakeup, loads
+from ._common import loads
 from ._decisions import SqlStore
 from ._sql import queries
+from ._wakeup import Wakeup
 
 try:
     import psycopg
@@ -423,8 +424,8 @@ class PgConnections(SqlStore):
                         log.debug("listener: listening again")
                         self.wake()
                     while not self._closed.is_set():
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            self.nudge()
+                        for note in conn.notifies(timeout=1.0, stop_after=1):
+                            self._wakeup.notify(note.payload)
             except psycopg.Error as exc:
                 # The pool's next call says it on the log (once), not every attempt here.
                 log.debug("listener connection lost (%s); reconnecting", _first_line(exc))

@@ -29,10 +29,11 @@ from ..errors import (
     SchemaTooNew,
     StoreError,
 )
-from ._common import Wakeup, dumps
+from ._common import dumps
 from ._decisions import SqlStore
 from ._live import LiveHub, Subscription
 from ._sql import queries, split_statements
+from ._wakeup import Wakeup
 
 Q = queries("sqlite")
 _SCRIPTS = {name: split_statements(text) for name, text in Q.items()}

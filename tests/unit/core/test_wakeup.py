@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from statemachine_wf.stores._common import Wakeup
+from statemachine_wf.stores._wakeup import Wakeup
 
 
 def _asleep(wakeup: Wakeup, count: int = 1) -> None:
@@ -74,3 +74,72 @@ def test_wake_all_reaches_the_threads_awake_at_that_moment_too() -> None:
     assert wakeup.wait(0.01) is False  # once
     wakeup.nudge()
     assert wakeup.wait(30.0) is True  # a nudge still wakes it as before
+
+
+def _primed() -> Wakeup:
+    wakeup = Wakeup()
+    assert wakeup.wait(0.01) is True  # this thread's first wait
+    return wakeup
+
+
+def test_a_notification_wakes_a_worker_when_no_claim_is_under_way() -> None:
+    wakeup = _primed()
+    wakeup.notify("t.v1")
+    assert wakeup.wait(30.0) is True
+    assert wakeup.wait(0.01) is False
+
+
+def test_a_notification_before_a_claim_is_sent_is_covered_by_it() -> None:
+    """The commit notified is in the claim's snapshot: nobody else needs to look."""
+    wakeup = _primed()
+    with wakeup.claiming(["t.v1"]) as sent:  # say, the finish before a fused claim
+        wakeup.notify("t.v1")
+        sent()
+    assert wakeup.wait(0.01) is False
+
+
+def test_a_notification_while_a_claim_is_in_flight_wakes_a_worker_once_it_returned() -> None:
+    """That claim's snapshot may be older than the commit notified."""
+    wakeup = _primed()
+    with wakeup.claiming(["t.v1"]) as sent:
+        sent()
+        wakeup.notify("t.v1")
+        assert wakeup.wait(0.01) is False  # held while the claim is in flight
+    assert wakeup.wait(30.0) is True  # then a worker looks
+
+
+def test_a_later_claim_covers_what_an_earlier_one_in_flight_held() -> None:
+    wakeup = _primed()
+    with wakeup.claiming(["t.v1"]) as first:
+        first()
+        wakeup.notify("t.v1")
+        with wakeup.claiming(["t.v1", "u.v1"]) as second:
+            second()
+    assert wakeup.wait(0.01) is False
+
+
+def test_a_notification_for_a_type_no_claim_takes_wakes_a_worker_at_once() -> None:
+    wakeup = _primed()
+    with wakeup.claiming(["t.v1"]) as sent:
+        wakeup.notify("release")  # not a type: released tasks, a signal, a lock
+        assert wakeup.wait(30.0) is True
+        wakeup.notify("u.v1")
+        assert wakeup.wait(30.0) is True
+        sent()
+    assert wakeup.wait(0.01) is False
+
+
+def test_a_claim_that_raises_wakes_a_worker() -> None:
+    """It may have covered a notification and taken nothing."""
+    wakeup = _primed()
+    try:
+        with wakeup.claiming(["t.v1"]) as sent:
+            wakeup.notify("t.v1")
+            sent()
+            raise OSError("the connection broke")
+    except OSError:
+        pass
+    assert wakeup.wait(30.0) is True
+    with wakeup.claiming(["t.v1"]):
+        pass  # nothing left under way or held
+    assert wakeup.wait(0.01) is False

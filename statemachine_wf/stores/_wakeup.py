@@ -1,0 +1,118 @@
+"""How a store's idle workers sleep and are woken (both dialects)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+
+class Wakeup:
+    """How a store's idle workers sleep: one wake-up rouses one worker (the baton).
+
+    A worker that claims something calls :meth:`nudge` to pass the baton on, so a burst
+    is picked up by as many workers as it needs and a single task costs a single claim.
+
+    A nudge with no worker asleep is remembered (one, not a count) and the next
+    :meth:`wait` returns at once: otherwise a worker whose claim read just before a commit
+    and that goes to sleep just after its notification would sleep through it until the
+    safety poll, with the new task due and nobody awake to take it.
+
+    :meth:`wake_all` is for when the notifications themselves may have been lost (the
+    watch reconnected, the store closes): it counts an epoch, and a thread's wait returns
+    at once when the epoch moved since its last wait returned. So the workers awake at
+    that moment (between a claim and their sleep) look again too, not only those asleep.
+    A thread's first wait returns at once for the same reason (see ``wait_for_work``).
+
+    :meth:`notify` is how another connection's commit wakes a worker (PostgreSQL's
+    LISTEN): held back while a claim of this process for that type is coming or in flight
+    (:meth:`claiming`), since a claim sent after the notification sees the notified task,
+    and a worker woken meanwhile would only race it for that task.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._sleeping = 0
+        self._missed = False
+        self._epoch = 0
+        self._seen = threading.local()  # .epoch: the epoch when this thread last woke
+        self._claiming: Counter[str] = Counter()  # the types of the claims under way
+        self._held: set[str] = set()  # notified, and no claim sent since
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` s; True when woken (or a wake-up was missed)."""
+        with self._cond:
+            seen = getattr(self._seen, "epoch", None)
+            self._seen.epoch = self._epoch
+            if seen != self._epoch:
+                self._missed = False  # this thread looks again: that was the nudge's ask
+                return True  # the first wait, or everyone was woken since the last one
+            if self._missed:
+                self._missed = False
+                return True
+            self._sleeping += 1
+            try:
+                return self._cond.wait(timeout=timeout)
+            finally:
+                self._sleeping -= 1
+                # Woken by wake_all, this thread has looked at nothing since: the epoch
+                # it bumped is the one it has seen.
+                self._seen.epoch = self._epoch
+
+    def nudge(self) -> None:
+        """Wake one sleeping worker, or the next one to sleep."""
+        with self._cond:
+            if self._sleeping:
+                self._cond.notify(1)
+            else:
+                self._missed = True
+
+    def wake_all(self) -> None:
+        """Wake every worker: those asleep now, and every other at its next wait."""
+        with self._cond:
+            self._epoch += 1
+            self._cond.notify_all()
+
+    def notify(self, topic: str) -> None:
+        """Another connection's commit made work of ``topic`` due (a type's name, or a
+        word such as ``release``): wake a worker, unless a claim for that type is under
+        way in this process. Then the notification is held: the next claim sent covers it
+        (its snapshot holds the notified commit), and once every claim under way has
+        returned with none sent after it, a worker is woken after all. Woken at once, it
+        raced the claim whose commit was about to take the task: in PostgreSQL end-to-end
+        runs that was an empty claim, then a contended sleep and another empty claim."""
+        with self._cond:
+            if self._claiming[topic] > 0:
+                self._held.add(topic)
+                return
+        self.nudge()
+
+    @contextmanager
+    def claiming(self, types: Sequence[str]) -> Iterator[Callable[[], None]]:
+        """Around a claim of ``types``, or a commit followed by one: the claim is under way.
+        Call the ``sent`` it yields just before the claim statement goes out. On the way
+        out, the notifications held for types no claim is under way for any more wake a
+        worker; so does a claim that raised (it may have covered a notification)."""
+        kinds = set(types)
+
+        def sent() -> None:
+            with self._cond:
+                self._held -= kinds
+
+        with self._cond:
+            self._claiming.update(kinds)
+        finished = False
+        try:
+            yield sent
+            finished = True
+        finally:
+            with self._cond:
+                self._claiming.subtract(kinds)
+                free = {t for t in self._held if self._claiming[t] <= 0}
+                self._held -= free
+                for t in kinds:
+                    if self._claiming[t] <= 0:
+                        del self._claiming[t]
+            if free or not finished:
+                self.nudge()
