@@ -74,3 +74,14 @@ def sqlite_store(sqlite_path: str) -> Iterator[SQLiteStore]:
     s.migrate()
     yield s
     s.close()
+
+
+def listen_pids(admin: object, channel: str) -> list[int]:
+    """The backends LISTENing on ``channel`` (``admin``: a psycopg connection)."""
+    import psycopg
+
+    assert isinstance(admin, psycopg.Connection)
+    rows = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{channel}"',)
+    ).fetchall()
+    return [int(r[0]) for r in rows]

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from statemachine_wf.stores.postgres import PostgresStore
+from tests.plugins.stores import listen_pids as plugged_listen_pids
 
 pytestmark = pytest.mark.postgres
 
@@ -41,11 +42,7 @@ def test_a_worker_awake_during_a_reconnect_does_not_sleep_through_it(
     admin = psycopg.connect(pg_dsn, autocommit=True)
 
     def listen_pids() -> list[int]:
-        rows = admin.execute(
-            "SELECT pid FROM pg_stat_activity WHERE query = %s",
-            (f'LISTEN "{pg_store.channel}"',),
-        ).fetchall()
-        return [int(r[0]) for r in rows]
+        return plugged_listen_pids(admin, pg_store.channel)
 
     awake, go = threading.Event(), threading.Event()
     waits: list[tuple[bool, float]] = []

@@ -28,6 +28,7 @@ from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores import open_store
 from statemachine_wf.stores._pglive import live_channel
 from statemachine_wf.stores.postgres import PostgresStore
+from tests.plugins.stores import listen_pids as plugged_listen_pids
 
 from . import helpers as h
 
@@ -332,11 +333,7 @@ def test_pg_watcher_survives_losing_its_listen_connection(
     admin = psycopg.connect(pg_dsn, autocommit=True)
 
     def listen_pids() -> list[int]:
-        rows = admin.execute(
-            "SELECT pid FROM pg_stat_activity WHERE query LIKE %s",
-            (f'LISTEN "{live_channel(pg_store.schema)}"',),
-        ).fetchall()
-        return [int(r[0]) for r in rows]
+        return plugged_listen_pids(admin, live_channel(pg_store.schema))
 
     async def scenario() -> list[Update]:
         seen: list[Update] = []
