@@ -248,8 +248,13 @@ class TaskQueue(Protocol):
         """
         ...
 
-    def nudge(self) -> None:
-        """Wake one waiting worker of this process."""
+    def nudge(self, *, types: Sequence[str] | None = None) -> None:
+        """Wake one waiting worker of this process.
+
+        With ``types`` (a claim saw another task of these types due: the baton), not while
+        a claim of each of them is under way in this process: a claim sent after this
+        call sees that task, so the wake-up waits until the claims under way have
+        returned with none sent since, and is dropped if one was (PostgreSQL)."""
         ...
 
     def wake_instances(self, instance_ids: Sequence[str]) -> None:

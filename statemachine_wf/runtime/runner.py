@@ -362,15 +362,19 @@ class Runner:
         (a timer, a signal) passes it after its deliver commit instead, or the woken
         worker's claim and next_due would compete with that commit (docs/architecture.md,
         "Waking up"). Not when the claim saw nothing else due, unless this worker held the
-        timer (another idle worker must take the timer over)."""
+        timer (another idle worker must take the timer over). The baton for more work is
+        typed: a claim of those types under way in this process covers it."""
         held_timer = getattr(self._local, "held_timer", False)
         self._local.held_timer = False
         if not held_timer and not any(c.more for c in claims):
             pass
         elif all(not c.started and c.instance.waiting is not None for c in claims):
             self._local.nudge = True
+        elif held_timer:
+            self.store.nudge()  # the timer is handed over: a wake-up no claim covers
         else:
-            self.store.nudge()
+            dag = claims[0].task.kind == "dag"
+            self.store.nudge(types=self.dag_types if dag else self.types)
 
     def _skip_claim(self) -> bool:
         """Whether the commit that ended this worker's last instance found nothing due."""

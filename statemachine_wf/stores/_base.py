@@ -406,8 +406,11 @@ class SqlBase(ABC):
         self._start_watching()
         return self._wakeup.wait(timeout)
 
-    def nudge(self) -> None:
-        self._wakeup.nudge()
+    def nudge(self, *, types: Sequence[str] | None = None) -> None:
+        if types:
+            self._wakeup.notify(*types)
+        else:
+            self._wakeup.nudge()
 
     def wake(self) -> None:
         self._wakeup.wake_all()

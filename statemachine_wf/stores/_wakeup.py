@@ -74,17 +74,18 @@ class Wakeup:
             self._epoch += 1
             self._cond.notify_all()
 
-    def notify(self, topic: str) -> None:
-        """Another connection's commit made work of ``topic`` due (a type's name, or a
-        word such as ``release``): wake a worker, unless a claim for that type is under
-        way in this process. Then the notification is held: the next claim sent covers it
-        (its snapshot holds the notified commit), and once every claim under way has
-        returned with none sent after it, a worker is woken after all. Woken at once, it
+    def notify(self, *topics: str) -> None:
+        """Work of one of ``topics`` may be due (a type's name, or a word such as
+        ``release``): another connection's commit, or the baton of a claim that saw more.
+        Wake a worker, unless a claim is under way in this process for each of them. Then
+        the notification is held: a claim sent after it covers it (its snapshot holds the
+        notified commit), and once every claim under way for a topic still held has
+        returned with none sent since, a worker is woken after all. Woken at once, it
         raced the claim whose commit was about to take the task: in PostgreSQL end-to-end
         runs that was an empty claim, then a contended sleep and another empty claim."""
         with self._cond:
-            if self._claiming[topic] > 0:
-                self._held.add(topic)
+            if topics and all(self._claiming[t] > 0 for t in topics):
+                self._held.update(topics)
                 return
         self.nudge()
 

@@ -143,3 +143,24 @@ def test_a_claim_that_raises_wakes_a_worker() -> None:
     with wakeup.claiming(["t.v1"]):
         pass  # nothing left under way or held
     assert wakeup.wait(0.01) is False
+
+
+def test_a_baton_of_several_types_is_held_only_while_each_has_a_claim_under_way() -> None:
+    """The baton says another task of one of the claim's types is due, not which: only a
+    claim of every one of them covers it."""
+    wakeup = _primed()
+    with wakeup.claiming(["t.v1"]):
+        wakeup.notify("t.v1", "u.v1")
+        assert wakeup.wait(30.0) is True  # no claim of u.v1 under way: at once
+    with wakeup.claiming(["t.v1", "u.v1"]) as sent:
+        wakeup.notify("t.v1", "u.v1")
+        assert wakeup.wait(0.01) is False  # held
+        sent()
+    assert wakeup.wait(0.01) is False  # covered by the claim sent after it
+    with wakeup.claiming(["t.v1", "u.v1"]) as sent:
+        sent()
+        wakeup.notify("t.v1", "u.v1")
+        with wakeup.claiming(["t.v1"]) as partly:
+            partly()  # covers t.v1 only
+    assert wakeup.wait(30.0) is True  # u.v1's part woke a worker once the claims returned
+    assert wakeup.wait(0.01) is False
