@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -307,36 +307,27 @@ class Runner:
         while not self._stopping.is_set():
             try:
                 if not self._startup.empty():
-                    try:
-                        instance_id = self._startup.get_nowait()
-                    except queue.Empty:
-                        continue
-                    claim = self.store.claim_instance(
-                        instance_id,
-                        worker=self.worker_id,
-                        lease=self.opts.lease,
-                        incarnation=self.incarnation,
-                    )
-                    if claim is not None:
-                        self._run_handing(claim, startup=True)
+                    with self._busy_claiming():
+                        try:
+                            instance_id = self._startup.get_nowait()
+                        except queue.Empty:
+                            continue
+                        claim = self.store.claim_instance(
+                            instance_id,
+                            worker=self.worker_id,
+                            lease=self.opts.lease,
+                            incarnation=self.incarnation,
+                        )
+                        if claim is not None:
+                            self._run_handing(claim, startup=True)
                     continue
-                claims = (
-                    self.store.claim(
-                        worker=self.worker_id,
-                        types=self.types,
-                        lease=self.opts.lease,
-                        incarnation=self.incarnation,
-                    )
-                    if self.types and not self._skip_claim()  # DAG-only: no empty-list claim
-                    else []
-                )
-                if not claims and self.dag_types:
-                    claims = self.store.dag_claim(
-                        worker=self.worker_id,
-                        types=self.dag_types,
-                        lease=self.opts.lease,
-                        incarnation=self.incarnation,
-                    )
+                with self._busy_claiming():
+                    claims = self._claim()
+                    if claims:
+                        self._pass_baton(claims)
+                        for claim in claims:
+                            self._run_handing(claim, startup=False)
+                        self._deferred_nudge()  # if no commit passed it on
                 if not claims:
                     wait = self._idle_wait(
                         self.store.next_due(types=self.types, dag_types=self.dag_types)
@@ -344,11 +335,6 @@ class Runner:
                     if wait > 0:
                         self.store.wait_for_work(wait)
                         self._local.held_timer = self._release_timer()
-                    continue
-                self._pass_baton(claims)
-                for claim in claims:
-                    self._run_handing(claim, startup=False)
-                self._deferred_nudge()  # if no commit passed it on
             except StoreUnavailable as exc:
                 log.debug("worker loop: %s (continuing)", exc)  # the store says it once
                 self._stopping.wait(0.5)
@@ -356,6 +342,40 @@ class Runner:
                 log.exception("worker loop error (continuing)")
                 self._stopping.wait(0.5)
         self.driver.close_loop()
+
+    def _claim(self) -> list[Claim]:
+        """Due tasks for this worker: state-machine ones first, then DAG nodes."""
+        claims = (
+            self.store.claim(
+                worker=self.worker_id,
+                types=self.types,
+                lease=self.opts.lease,
+                incarnation=self.incarnation,
+            )
+            if self.types and not self._skip_claim()  # DAG-only: no empty-list claim
+            else []
+        )
+        if not claims and self.dag_types:
+            claims = self.store.dag_claim(
+                worker=self.worker_id,
+                types=self.dag_types,
+                lease=self.opts.lease,
+                incarnation=self.incarnation,
+            )
+        return claims
+
+    @contextlib.contextmanager
+    def _busy_claiming(self) -> Iterator[None]:
+        """Busy from before a claim until what it took has run: ``run_until_idle`` must
+        not see an idle worker between a claim's commit and its run (the task is leased
+        then, so it is not due either). A CI run saw it return there, a retry pending."""
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
 
     def _pass_baton(self, claims: Sequence[Claim]) -> None:
         """There may be more where ``claims`` came from: wake one more worker. A resume
