@@ -25,10 +25,11 @@ class Wakeup:
     that moment (between a claim and their sleep) look again too, not only those asleep.
     A thread's first wait returns at once for the same reason (see ``wait_for_work``).
 
-    :meth:`notify` is how another connection's commit wakes a worker (PostgreSQL's
-    LISTEN): held back while a claim of this process for that type is coming or in flight
-    (:meth:`claiming`), since a claim sent after the notification sees the notified task,
-    and a worker woken meanwhile would only race it for that task.
+    :meth:`notify` is how another connection's commit (PostgreSQL's LISTEN) and a claim's
+    baton for more work wake a worker: held back while a claim of this process for that
+    type is coming or in flight (:meth:`claiming`), since a claim sent after the
+    notification sees the notified task, and a worker woken meanwhile would only race it
+    for that task.
     """
 
     def __init__(self) -> None:
