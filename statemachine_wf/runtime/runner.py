@@ -446,30 +446,25 @@ class Runner:
         """Run ``claim``, then each node its commit handed straight to this worker (a DAG's
         next node in a chain: leased and started by that commit, no claim).
 
-        Busy throughout (``run_until_idle`` must not see an idle worker between a commit
-        and the node it handed over: that node is leased, so it is not due either).
+        Call inside ``_busy_claiming``: busy throughout (``run_until_idle`` must not see an
+        idle worker between a commit and the node it handed over: that node is leased, so
+        it is not due either).
         """
-        with self._busy_lock:
-            self._busy += 1
-        try:
-            handed = self._run_claim(claim, startup=startup)
-            while handed is not None:
-                if self._stopping.is_set():
-                    # Stopping: not run here. Released, it is due at once for whoever runs
-                    # next (its NODE_STARTED is written: the next try is counted, as after
-                    # a crash); if the release fails, the lease runs out instead.
-                    with contextlib.suppress(StoreError):
-                        self.store.release(
-                            worker=self.worker_id,
-                            instance_ids=[handed.instance.id],
-                            token=handed.task.lease_token,
-                            incarnation=self.incarnation,
-                        )
-                    return
-                handed = self._run_claim(handed, startup=False)
-        finally:
-            with self._busy_lock:
-                self._busy -= 1
+        handed = self._run_claim(claim, startup=startup)
+        while handed is not None:
+            if self._stopping.is_set():
+                # Stopping: not run here. Released, it is due at once for whoever runs
+                # next (its NODE_STARTED is written: the next try is counted, as after a
+                # crash); if the release fails, the lease runs out instead.
+                with contextlib.suppress(StoreError):
+                    self.store.release(
+                        worker=self.worker_id,
+                        instance_ids=[handed.instance.id],
+                        token=handed.task.lease_token,
+                        incarnation=self.incarnation,
+                    )
+                return
+            handed = self._run_claim(handed, startup=False)
 
     def _run_claim(self, claim: Claim, *, startup: bool) -> Claim | None:
         """Run one claim; the claim its commit handed to this worker next, if any."""
