@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ..definition.events import EventRecord, NewEvent, Status
 from .fold import Projection
 from .records import (
     Claim,
     Commit,
+    DagApplied,
     DagCommit,
     DagSnapshot,
     InstanceRecord,
@@ -432,6 +433,25 @@ class DagRuns(Protocol):
 
         Raises:
             ValueError: the decision does not allow it (``dag_interpret.takes_sibling``).
+            ConcurrencyConflict: the instance is no longer at ``commit.version``.
+        """
+        ...
+
+    def dag_commit(
+        self,
+        commit: DagCommit,
+        *,
+        take: Literal["handed", "sibling"] | None = None,
+        lease: float = 0.0,
+        incarnation: str = "",
+    ) -> DagApplied:
+        """``dag_apply`` (``take`` None), ``dag_apply_take`` ("handed") or
+        ``dag_apply_sibling`` ("sibling"), returning also the seqs the decision's events
+        took: what a runner needs to fold its own commit into its cached view of the log
+        instead of reading it back.
+
+        Raises:
+            ValueError: ``take`` is not allowed for the decision (as the two above).
             ConcurrencyConflict: the instance is no longer at ``commit.version``.
         """
         ...

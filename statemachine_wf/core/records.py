@@ -210,6 +210,20 @@ class DagSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class DagApplied:
+    """What a committed DAG decision became (``DagRuns.dag_commit``)."""
+
+    version: int
+    """The instance's version after the commit."""
+    seqs: tuple[int, ...] = ()
+    """The seqs the decision's events took, in the decision's order: the committer folds
+    them into its cached view at their place in the log, without reading it back."""
+    task: TaskRecord | None = None
+    """The node task the commit leased to the committing worker (a hand-off or a
+    sibling), or None."""
+
+
+@dataclass(frozen=True, slots=True)
 class DagCommit:
     """A DAG decision to apply, if the instance is still at ``version``."""
 

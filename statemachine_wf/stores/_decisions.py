@@ -9,11 +9,11 @@ nothing of a decision is written unless the version it was made on is still curr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, assert_never
+from typing import Any, ClassVar, Literal, assert_never
 
 from ..core.dag_interpret import handed_task, takes_sibling
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
-from ..core.store import Claim, Commit, DagCommit, NewDagInstance, TaskRecord
+from ..core.store import Claim, Commit, DagApplied, DagCommit, NewDagInstance, TaskRecord
 from ..errors import ConcurrencyConflict, StoreError
 from ._base import Row
 from ._common import (
@@ -167,42 +167,61 @@ class SqlStore(SqlReads):
         return ["dag_head", "append_events", *dead, "dag_tail"]
 
     def dag_apply(self, commit: DagCommit) -> int:
-        return int(self._dag_apply(commit, dag_apply_params(commit, self._encode))["version"])
+        return self.dag_commit(commit).version
 
     def dag_apply_take(
         self, commit: DagCommit, *, lease: float, incarnation: str = ""
     ) -> tuple[int, TaskRecord | None]:
-        # The dispatched task is inserted leased (the claim's columns, its attempt counted)
-        # and the decision carries its NODE_STARTED: what dag_claim would have written,
-        # in the commit that dispatched it, for the worker that is free to run it now.
-        if handed_task(commit.decision) is None:
-            raise ValueError("dag_apply_take hands off exactly one node task due now")
-        params = dag_apply_params(commit, self._encode)
-        params.update(token=new_lease_token(incarnation), lease=lease)
-        return self._dag_taken(self._dag_apply(commit, params))
+        applied = self.dag_commit(commit, take="handed", lease=lease, incarnation=incarnation)
+        return applied.version, applied.task
 
     def dag_apply_sibling(
         self, commit: DagCommit, *, lease: float, incarnation: str = ""
     ) -> tuple[int, TaskRecord | None]:
-        # Another node task of the instance, due now, leased in the commit as dag_claim
-        # leases it (its NODE_STARTED written by the store): under the instance's row
-        # lock, which dag_claim skips, so no claim takes it meanwhile.
-        if not takes_sibling(commit.decision):
-            raise ValueError(
-                "dag_apply_sibling takes a node task in a commit that neither ends the "
-                "instance, sets its status, retries a node nor hands one over"
-            )
-        params = dag_apply_params(commit, self._encode)
-        params.update(sib_token=new_lease_token(incarnation), lease=lease)
-        return self._dag_taken(self._dag_apply(commit, params))
+        applied = self.dag_commit(commit, take="sibling", lease=lease, incarnation=incarnation)
+        return applied.version, applied.task
 
-    def _dag_taken(self, row: Row) -> tuple[int, TaskRecord | None]:
+    def dag_commit(
+        self,
+        commit: DagCommit,
+        *,
+        take: Literal["handed", "sibling"] | None = None,
+        lease: float = 0.0,
+        incarnation: str = "",
+    ) -> DagApplied:
+        params = dag_apply_params(commit, self._encode)
+        if take == "handed":
+            # The dispatched task is inserted leased (the claim's columns, its attempt
+            # counted) and the decision carries its NODE_STARTED: what dag_claim would have
+            # written, in the commit that dispatched it, for the worker free to run it now.
+            if handed_task(commit.decision) is None:
+                raise ValueError("dag_apply_take hands off exactly one node task due now")
+            params.update(token=new_lease_token(incarnation), lease=lease)
+        elif take == "sibling":
+            # Another node task of the instance, due now, leased in the commit as dag_claim
+            # leases it (its NODE_STARTED written by the store): under the instance's row
+            # lock, which dag_claim skips, so no claim takes it meanwhile.
+            if not takes_sibling(commit.decision):
+                raise ValueError(
+                    "dag_apply_sibling takes a node task in a commit that neither ends the "
+                    "instance, sets its status, retries a node nor hands one over"
+                )
+            params.update(sib_token=new_lease_token(incarnation), lease=lease)
+        row = self._dag_apply(commit, params)
         taken = None if row["taken"] is None else self._json(row["taken"])
-        return int(row["version"]), None if taken is None else task_record(
-            {**taken, "leased": True}
-        )
+        # The seqs come back in insertion order, which is the decision's (append_events
+        # inserts its rows in order); sorted in case a driver's aggregate is not.
+        seqs = tuple(sorted(int(s) for s in self._json(row["seqs"]) or ()))
+        if len(seqs) != len(commit.decision.events):
+            raise StoreError(
+                f"{self.dialect}: DAG commit of {commit.instance_id}: "
+                f"{len(commit.decision.events)} events, {len(seqs)} seqs returned"
+            )
+        task = None if taken is None else task_record({**taken, "leased": True})
+        return DagApplied(int(row["version"]), seqs, task)
 
     def _dag_apply(self, commit: DagCommit, params: dict[str, Any]) -> Row:
+        params["n_events"] = len(commit.decision.events)
         try:
             with self._statement() as conn:
                 row = self._run_decision(conn, self._dag_plan(commit), self._params(**params))

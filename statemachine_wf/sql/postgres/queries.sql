@@ -111,6 +111,7 @@ WITH inst AS (
                     AS (node text, event_type text, attempt int, payload jsonb, error jsonb))
          WITH ORDINALITY AS e (node, event_type, attempt, payload, error, ord)
     ORDER BY e.ord
+    RETURNING seq  -- taken row by row in that order: a DAG commit returns them (dag_tail)
 )
 
 -- name: apply_dead_letter
@@ -773,7 +774,10 @@ SELECT version,
                  OR EXISTS (SELECT 1 FROM retried)
             THEN pg_notify(%(channel)s, type) END AS notified,
        coalesce((SELECT to_jsonb(a) FROM added a WHERE a.lease_token IS NOT NULL),
-                (SELECT to_jsonb(s) FROM sib_taken s)) AS taken
+                (SELECT to_jsonb(s) FROM sib_taken s)) AS taken,
+       -- The seqs of the decision's events: the committer folds them into its cached
+       -- view of the log without reading them back (SqlStore.dag_commit).
+       (SELECT coalesce(jsonb_agg(seq ORDER BY seq), '[]') FROM ev) AS seqs
 FROM inst;
 
 -- name: dag_save

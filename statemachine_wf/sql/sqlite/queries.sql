@@ -584,7 +584,19 @@ SELECT :version + 1 AS version,
                            'in_flight', t.in_flight, 'failures', t.failures,
                            'lease_owner', t.lease_owner, 'lease_token', t.lease_token)
         FROM wf_tasks t WHERE coalesce(:token, :sib_token) IS NOT NULL AND t.instance_id = :id
-                              AND t.lease_token = coalesce(:token, :sib_token)) AS taken;
+                              AND t.lease_token = coalesce(:token, :sib_token)) AS taken,
+       -- The seqs of the decision's :n_events events, for the committer to fold them into
+       -- its cached view (SqlStore.dag_commit): under the writer lock they are the
+       -- instance's newest, but for the sibling's NODE_STARTED written after them.
+       (SELECT json_group_array(seq) FROM (
+            SELECT seq FROM wf_events
+            WHERE instance_id = :id AND seq NOT IN (
+                SELECT e.seq FROM wf_events e JOIN wf_tasks t
+                  ON e.instance_id = t.instance_id AND e.node = t.slot
+                     AND e.attempt = t.attempt AND e.event_type = 'NODE_STARTED'
+                WHERE :sib_token IS NOT NULL AND t.instance_id = :id
+                  AND t.lease_token = :sib_token)
+            ORDER BY seq DESC LIMIT :n_events)) AS seqs;
 
 -- name: dag_save
 INSERT INTO wf_dag_definitions (name, version, definition, created_at)
