@@ -110,7 +110,11 @@ class LogView:
     """(node, run) -> the timer its run is waiting on (a delay node's ``NODE_WAITING``)."""
 
     last_seq: int = 0
-    """The highest seq folded in: :meth:`extend` takes only events after it."""
+    """The highest seq read from the log: :meth:`extend` takes only events after it."""
+    top_seq: int = field(default=0, compare=False)
+    """The highest seq folded in, read or committed (:meth:`committed`)."""
+    own: set[int] = field(default_factory=set, compare=False)
+    """Seqs above :attr:`last_seq` folded in by :meth:`committed`: a later read skips them."""
 
     @classmethod
     def of(cls, events: Iterable[EventRecord]) -> LogView:
@@ -119,7 +123,7 @@ class LogView:
             raise ValueError("not a DAG instance's log (no WORKFLOW_CREATED with a definition)")
         head = ordered[0].payload
         view = cls(input=dict(head.get("input") or {}), definition=dict(head["dag"]))
-        view.last_seq = ordered[0].seq
+        view.last_seq = view.top_seq = ordered[0].seq
         view.extend(ordered[1:])
         return view
 
@@ -134,7 +138,32 @@ class LogView:
             if e.seq <= self.last_seq:
                 continue
             self.last_seq = e.seq
+            if e.seq in self.own:
+                continue  # this runner's own commit, folded in when it committed
             self._add(e, e.seq)
+        self.top_seq = max(self.top_seq, self.last_seq)
+        if self.own:
+            self.own = {s for s in self.own if s > self.last_seq}
+
+    def committed(self, events: Sequence[NewEvent], seqs: Sequence[int]) -> None:
+        """Fold in the events of a decision this runner has just committed, at the seqs
+        the commit gave them (``DagApplied.seqs``), without reading them back.
+
+        Sound only for a commit made on this view's version (its CAS held): then every
+        event that changed the version is already folded in, and whatever commits next
+        comes after these. What the commit may have passed over are the claims'
+        ``NODE_STARTED`` (a claim does not bump the version): the next read folds those in
+        (they only count tries, in any order) and skips these, which it reads again.
+        """
+        for e, seq in zip(events, seqs, strict=True):
+            self.own.add(seq)
+            self.top_seq = max(self.top_seq, seq)
+            self._add(e, seq)
+
+    def started(self, node: str, attempt: int) -> None:
+        """Count a try of ``node`` this runner took (a claim's or sibling's
+        ``NODE_STARTED``) before a read shows it."""
+        self.tries[node] = max(self.tries.get(node, 0), attempt)
 
     def with_completion(self, event: NewEvent) -> LogView:
         """A copy with the ``NODE_COMPLETED`` ``event`` folded in; this view is unchanged.
@@ -157,8 +186,8 @@ class LogView:
         # barrier (fired, scope_start), and any seq above the view's orders the event after
         # everything folded so far, as the commit will. The copy is for this decision only:
         # cached, its made-up seq would make extend() skip the real events at or below it.
-        copy.last_seq = self.last_seq + 1
-        copy._add(event, copy.last_seq)
+        copy.last_seq = copy.top_seq = self.top_seq + 1
+        copy._add(event, copy.top_seq)
         return copy
 
     def _add(self, e: EventRecord | NewEvent, seq: int) -> None:
@@ -339,6 +368,17 @@ def node_finished(
     if decision is None:  # cannot happen: not terminal, and the node's task is open
         raise RuntimeError(f"{node} run {run} completed, and no decision followed")
     return replace(decision, events=(event, *decision.events))
+
+
+def open_after(open_slots: Iterable[str], decision: DagDecision) -> tuple[str, ...]:
+    """The nodes with a task once ``decision`` is committed on ``open_slots``: the settled
+    node's task goes (every task when the instance finishes), the dispatched ones come;
+    a retried or taken task stays. (Only a version-bumping commit adds or deletes a node
+    task, so a commit's own CAS vouches for ``open_slots`` being the whole set.)"""
+    if decision.finish:
+        return ()
+    kept = [s for s in open_slots if s != decision.done]
+    return tuple(dict.fromkeys([*kept, *(t.node for t in decision.dispatch)]))
 
 
 def handed_task(decision: DagDecision) -> NodeTask | None:

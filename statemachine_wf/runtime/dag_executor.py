@@ -10,13 +10,19 @@ try). Then:
    run together with what follows from it: the ``NODE_DISPATCHED`` of the successors
    that became ready and are not dispatched yet, their tasks, this node's task deleted
    and the version bumped (or the instance completed when an end node finished). The
-   decision is made on the read the node ran on, so a node costs its claim (or none:
-   step 3), one read and this commit. A loser of the CAS re-reads the log's tail and decides
-   again; a duplicate delivery finds the result already there (in the view, or through
-   the log's unique index, which fails the whole commit) and writes nothing.
+   decision is made on the runner's cached instance (its folded log, version and node
+   tasks): read once, then kept current by folding in each of the runner's own commits
+   at the seqs the store returns (``Store.dag_commit``), each made on the cached version,
+   so its CAS vouches that nobody else committed in between. A loser of the CAS reads
+   the log's tail and decides again; a duplicate delivery finds the result already there
+   (in the view, or through the log's unique index, which fails the whole commit) and
+   writes nothing. A node runs on the cache too when the cache is at least at the
+   version its claim saw; else it reads the tail first.
 3. A commit that dispatches exactly one node, due now, hands it to this worker (with a
-   runner's ``lease``; :func:`~..core.dag_interpret.hand_off`): :meth:`DagExecutor.run`
-   returns its claim and the runner runs it next. A chain node costs a read and a commit.
+   runner's ``lease``; :func:`~..core.dag_interpret.hand_off`); one that dispatches
+   nothing takes another due node of the instance (a fan-out's next branch):
+   :meth:`DagExecutor.run` returns its claim and the runner runs it next. With no other
+   runner on the instance, a chain or fan-out node costs one commit and no read.
 
 A node task whose run is already completed (a result recorded but not scheduled) is
 only scheduled; a failure retries with backoff (the task is due again later) and then,
@@ -40,12 +46,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -60,6 +64,7 @@ from ..definition.events import Ev, NewEvent, Status
 from ..definition.limits import check_payload
 from ..errors import Fail, InputError, LeaseLost, StepFailure
 from . import observe
+from .dag_cache import DagCache
 from .dag_handlers import (
     ChildRunning,
     InternalError,
@@ -79,9 +84,6 @@ log = logging.getLogger("statemachine_wf.dag")
 CHILD_RECHECK = 300.0
 """Seconds a parked sub-workflow node waits before it looks at its child anyway: only a
 safety net (the child's end wakes it at once), for a wake-up lost to a hand-edited row."""
-
-CACHED_INSTANCES = 512
-"""Instances whose parsed graph and folded log a runner keeps (least recently used go)."""
 
 INTERNAL_ATTEMPTS = 5
 """Tries of a node whose runs fail for an internal error of the runtime before the
@@ -129,8 +131,7 @@ class DagExecutor:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, threads), thread_name_prefix="swf-dag-fn"
         )
-        self._cache: OrderedDict[str, _Cached] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._cache = DagCache(store)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -144,15 +145,21 @@ class DagExecutor:
 
     def _run(self, claim: Claim) -> Claim | None:
         instance_id, node = claim.instance.id, claim.task.slot
-        entry = self._entry(instance_id)
+        entry = self._cache.entry(instance_id)
         with entry.lock:
-            snap = self._read(entry, instance_id)
-            if snap is None:
-                return None  # deleted (a stopped test run): its tasks went with it
-            seen = entry.commits
+            # The cached instance runs the node with no read when it is at least as new as
+            # the claim: the claim's version covers the dispatch of this node and every
+            # result it may read, and the cache holds all that changed the version up to
+            # its own (this runner's commits, folded in as they committed: _commit_loop).
+            snap = entry.state
+            if snap is None or snap.instance.version < claim.instance.version:
+                snap = self._cache.read(entry, instance_id)
+                if snap is None:
+                    return None  # deleted (a stopped test run): its tasks went with it
             view, graph = entry.view, entry.graph
-            if view is None or graph is None:  # _read fills both
+            if view is None or graph is None:  # read() fills both
                 raise RuntimeError(f"DAG instance {instance_id}: no log view after reading it")
+            view.started(node, claim.task.attempt)  # the claim's NODE_STARTED, unread
             run = view.run(node)
             terminal = snap.instance.status.terminal
             done = view.completion(node, run) is not None
@@ -174,8 +181,6 @@ class DagExecutor:
                     run,
                     NodeResult(timer.output),
                     attempt=claim.task.attempt,
-                    snap=snap,
-                    seen=seen,
                     taken=taken,
                 )
             return taken[0] if taken else None
@@ -189,8 +194,6 @@ class DagExecutor:
                 lambda s, v: interpret.completed(
                     graph, v, node, run, status=s.instance.status, open_slots=s.open_slots
                 ),
-                snap,
-                seen,
             )
             return None
         call = NodeCall(
@@ -236,8 +239,6 @@ class DagExecutor:
             run,
             NodeResult(output, result.handle),
             attempt=claim.task.attempt,
-            snap=snap,
-            seen=seen,
             taken=taken,
         )
         observe.mark("completed")
@@ -254,7 +255,6 @@ class DagExecutor:
         attempt: int,
         error: bool = False,
         snap: DagSnapshot | None = None,
-        seen: int = -1,
         taken: list[Claim] | None = None,
     ) -> bool:
         """Record ``node``'s run ``run`` as completed with ``result`` and schedule what
@@ -262,11 +262,9 @@ class DagExecutor:
 
         Returns False (and writes nothing) when the result was already recorded (a
         duplicate delivery: the log's unique index, or the view, says so) or the
-        instance has ended. ``snap``: the read the node ran on, tried first (a node then
-        costs its claim or hand-off, one read and this commit) unless this runner has
-        committed to the instance since (``seen``: its commit count at that read).
-        ``taken``: where the claim of a node this commit hands to this worker goes (see
-        the module's step 3); None: no hand-off.
+        instance has ended. ``snap``: a read of the instance to decide on first, instead
+        of the cached one. ``taken``: where the claim of a node this commit hands to this
+        worker goes (see the module's step 3); None: no hand-off.
         """
         outcome = NodeOutcome(result.output, result.handle, result.delay, error)
 
@@ -282,7 +280,7 @@ class DagExecutor:
                 open_slots=s.open_slots,
             )
 
-        if not self._commit_loop(instance_id, decide, snap, seen, taken):
+        if not self._commit_loop(instance_id, decide, snap, taken):
             log.info("instance %s: %s run %d result already recorded", instance_id, node, run)
             return False
         return True
@@ -432,35 +430,34 @@ class DagExecutor:
         instance_id: str,
         make: Callable[[DagSnapshot, LogView], DagDecision | None],
         snap: DagSnapshot | None = None,
-        seen: int = -1,
         taken: list[Claim] | None = None,
     ) -> bool:
-        """Decide on the cached view and commit, gated by the instance's version; True if
-        a decision was committed, False if there was nothing to write.
+        """Decide on the cached instance and commit, gated by the instance's version; True
+        if a decision was committed, False if there was nothing to write.
 
-        ``snap``: a read still good to decide on (its version is the CAS's; the view may
-        only have folded in more since). Otherwise, and after every lost CAS, the tail of
-        the log after the cached view is read (one statement on PostgreSQL). The entry's
-        lock serialises this runner's threads on one instance, so they don't lose CAS
-        races to each other; other runners are fenced by the version as before.
+        The cache is current for the version it holds: read from the store, or folded in
+        from this runner's own commits as they commit, each made on that version (so its
+        CAS vouches that nothing else changed it in between). So the first try decides on
+        the cache with no read (on ``snap`` when one is given); a lost CAS means another
+        runner committed, and the retry reads the log's tail after the cached view (one
+        statement on PostgreSQL). The entry's lock serialises this runner's threads on
+        one instance: they don't lose CAS races to each other.
         """
-        entry = self._entry(instance_id)
+        entry = self._cache.entry(instance_id)
         with entry.lock:
-            if seen >= 0 and seen != entry.commits:
-                snap = None  # this runner committed since: that version is gone
-            held = snap
 
             def attempt(n: int) -> bool:
-                # After a lost CAS the version decided on is gone: read what the winner
-                # did (the log's tail after the cached view) and decide again on that.
-                snap = held if n == 0 and entry.view is not None else None
-                if snap is None:
-                    snap = self._read(entry, instance_id)
-                    if snap is None:
+                state = (snap or entry.state) if n == 0 and entry.view is not None else None
+                if state is None:
+                    # No cache yet, or a lost CAS: the version decided on is gone. Read
+                    # what the winner did and decide again on that.
+                    state = self._cache.read(entry, instance_id)
+                    if state is None:
                         return False
-                if entry.view is None:  # _read fills it
+                view = entry.view
+                if view is None:  # read() fills it
                     raise RuntimeError(f"DAG instance {instance_id}: no log view after reading it")
-                decision = make(snap, entry.view)
+                decision = make(state, view)
                 if decision is None:
                     return False
                 # A worker free to run a node next takes one in this commit, leased to it
@@ -468,23 +465,23 @@ class DagExecutor:
                 # due one (a fan-out's next branch).
                 free = taken is not None and self._lease is not None
                 handed = interpret.hand_off(decision) if free else None
-                take = self.store.dag_apply_take if handed is not None else None
-                if free and handed is None and interpret.takes_sibling(decision):
-                    take = self.store.dag_apply_sibling
-                version, decided = snap.instance.version, handed or decision
-                commit = DagCommit(instance_id, version, decided, self.worker)
-                if take is None:
-                    version, task = self.store.dag_apply(commit), None
-                else:
-                    version, task = take(
-                        commit, lease=self._lease or 0.0, incarnation=self._incarnation
-                    )
-                if task is not None and taken is not None:
-                    instance = replace(snap.instance, version=version)
-                    taken.append(Claim(task, instance, started=True))
-                entry.commits += 1
+                take: Literal["handed", "sibling"] | None = None
+                if handed is not None:
+                    take = "handed"
+                elif free and interpret.takes_sibling(decision):
+                    take = "sibling"
+                decided = handed or decision
+                commit = DagCommit(instance_id, state.instance.version, decided, self.worker)
+                applied = self.store.dag_commit(
+                    commit, take=take, lease=self._lease or 0.0, incarnation=self._incarnation
+                )
                 if decision.finish:
-                    self._forget(instance_id)  # over: nothing left to decide
+                    self._cache.forget(instance_id)  # over: nothing left to decide
+                else:
+                    self._cache.fold(entry, state, decided, applied)
+                if applied.task is not None and taken is not None:
+                    instance = replace(state.instance, version=applied.version)
+                    taken.append(Claim(applied.task, instance, started=True))
                 return True
 
             return until_committed(
@@ -493,53 +490,6 @@ class DagExecutor:
                     f"instance {instance_id} keeps changing under this runner"
                 ),
             )
-
-    # -- the per-instance cache ------------------------------------------------------------
-    def _entry(self, instance_id: str) -> _Cached:
-        with self._cache_lock:
-            entry = self._cache.get(instance_id)
-            if entry is None:
-                entry = self._cache[instance_id] = _Cached()
-                while len(self._cache) > CACHED_INSTANCES:
-                    self._cache.popitem(last=False)
-            else:
-                self._cache.move_to_end(instance_id)
-            return entry
-
-    def _forget(self, instance_id: str) -> None:
-        with self._cache_lock:
-            self._cache.pop(instance_id, None)
-
-    def _read(self, entry: _Cached, instance_id: str) -> DagSnapshot | None:
-        """Read the instance and its log's tail after the cached view; fold it in.
-
-        Call with ``entry.lock`` held. The first read of an instance reads the whole log
-        and parses its definition (immutable for the instance) once.
-        """
-        after = 0 if entry.view is None else entry.view.last_seq
-        snap = self.store.dag_snapshot(instance_id, after_seq=after)
-        if snap is None:
-            self._forget(instance_id)
-            return None
-        if entry.view is None:
-            view = LogView.of(snap.events)
-            entry.graph = view.graph()
-            entry.view = view
-        else:
-            entry.view.extend(snap.events)
-        return snap
-
-
-class _Cached:
-    """One instance as this runner last read it: its graph and its folded log."""
-
-    __slots__ = ("commits", "graph", "lock", "view")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.commits = 0  # this runner's commits to it: a read before the last is stale
-        self.view: LogView | None = None
-        self.graph: Graph | None = None
 
 
 def _loop_state(graph: Graph, view: LogView, node: str, run: int) -> LoopState | None:

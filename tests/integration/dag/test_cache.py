@@ -1,8 +1,9 @@
 """The executor's per-instance cache: tail reads, a lost CAS, and a DAG-only runner's loop.
 
-On both stores: a snapshot after a seq returns only the log's tail; an executor whose
-commit loses the CAS to another runner re-reads only the tail and still dispatches the
-join exactly once; a runner hosting only DAGs never asks for state-machine tasks.
+On both stores: a snapshot after a seq returns only the log's tail; an executor folds
+its own commits into its cache and reads nothing for them, and one whose commit loses
+the CAS to another runner re-reads only the tail and still dispatches the join exactly
+once; a runner hosting only DAGs never asks for state-machine tasks.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from statemachine_wf import Runner, RunnerOptions, Status, Store
 from statemachine_wf.core.dag_interpret import LogView
-from statemachine_wf.core.store import DagCommit
+from statemachine_wf.core.store import DagApplied, DagCommit
 from statemachine_wf.dag import DagClient
 from statemachine_wf.definition.events import Ev, NewEvent
 from statemachine_wf.runtime.dag_executor import DagExecutor
@@ -42,7 +43,7 @@ def test_snapshot_after_a_seq_returns_only_the_tail(store: Store) -> None:
 
 class _Spy:
     """The real store, with dag_snapshot's ``after_seq`` recorded and a hook before one
-    dag_apply (another runner committing in between)."""
+    dag_commit (another runner committing in between)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -56,11 +57,11 @@ class _Spy:
         self.reads.append(after_seq)
         return self.store.dag_snapshot(instance_id, after_seq=after_seq)
 
-    def dag_apply(self, commit: DagCommit) -> int:
+    def dag_commit(self, commit: DagCommit, **kw: Any) -> DagApplied:
         hook, self.before_apply = self.before_apply, None
         if hook is not None:
             hook()
-        return self.store.dag_apply(commit)
+        return self.store.dag_commit(commit, **kw)
 
 
 def test_a_lost_cas_rereads_the_tail_and_joins_once(store: Store) -> None:
@@ -84,17 +85,20 @@ def test_a_lost_cas_rereads_the_tail_and_joins_once(store: Store) -> None:
     spy.before_apply = lambda: finish(other, "r")
     before = len(spy.reads)
     finish(mine, "l")
-    assert len(spy.reads) - before == 2  # the read it decided on, then the tail after the loss
+    # Decided on its cache (current after its own commits of s and a, folded in as they
+    # committed: no read), lost the CAS, then read the tail only.
+    assert len(spy.reads) - before == 1
     assert set(store.dag_snapshot(iid).open_slots) == {"d"}  # type: ignore[union-attr]
     finish(mine, "d")
     finish(mine, "e")
     assert client.get(iid).status == Status.COMPLETED
     dispatched = Counter(e.node for e in client.history(iid) if e.event_type == Ev.NODE_DISPATCHED)
     assert dispatched == dict.fromkeys("saldre", 1)
-    # One whole read for this executor; every later one (the lost CAS's too) a tail.
+    # One whole read for this executor and one tail, after the lost CAS: its five commits
+    # needed no read of their own.
     assert spy.reads[0] == 0
-    assert len(spy.reads) >= 6
-    assert all(after > 0 for after in spy.reads[1:])
+    assert len(spy.reads) == 2
+    assert spy.reads[1] > 0
 
 
 def test_a_dag_only_runner_never_claims_state_machine_tasks(store: Store) -> None:
@@ -117,3 +121,45 @@ def test_a_dag_only_runner_never_claims_state_machine_tasks(store: Store) -> Non
     assert record.status == Status.COMPLETED
     assert record.progress == {"output": {"result": 4}}
     assert calls == []
+
+
+class _CountingReads:
+    """The real store, its dag_snapshot calls counted."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def dag_snapshot(self, instance_id: str, *, after_seq: int = 0) -> Any:
+        self.reads += 1
+        return self.store.dag_snapshot(instance_id, after_seq=after_seq)
+
+
+def test_one_runner_reads_an_instance_once_and_folds_in_its_own_commits(store: Store) -> None:
+    """With no other runner committing, every decision after the first read is made on the
+    cache: the runner's own commits come back with their seqs and are folded in, and a
+    node claimed (or taken) at a version the cache has reached runs on it."""
+    counting = _CountingReads(store)
+    client = DagClient(store)
+    ids = [client.start(h.fan_out(8), {"x": 1}), client.start(h.linear(5), {"x": 1})]
+    runner = Runner(
+        counting,  # type: ignore[arg-type]
+        [],
+        dags=h.registry,
+        options=RunnerOptions(concurrency=2, idle_poll=0.2),
+    )
+    runner.start()
+    try:
+        records = [client.wait(iid, timeout=30) for iid in ids]
+    finally:
+        runner.stop(timeout=10)
+    assert [r.status for r in records] == [Status.COMPLETED, Status.COMPLETED]
+    assert records[0].progress == {"output": {f"b{i}": 1 + i for i in range(8)}}
+    assert records[1].progress == {"output": {"result": 6}}
+    for iid in ids:  # each node once, and the log as a whole read folds it
+        started = Counter(e.node for e in client.history(iid) if e.event_type == Ev.NODE_STARTED)
+        assert set(started.values()) == {1}
+    assert counting.reads == len(ids)  # one whole read each, for 17 nodes

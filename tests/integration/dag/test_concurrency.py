@@ -254,8 +254,8 @@ def test_result_and_schedule_commit_together_and_a_duplicate_loses_whole(store: 
     assert snap is not None
     before = len(client.history(iid))
     # Both runners decide on the same read (the cache is per runner).
-    first._read(first._entry(iid), iid)
-    second._read(second._entry(iid), iid)
+    first._cache.read(first._cache.entry(iid), iid)
+    second._cache.read(second._cache.entry(iid), iid)
     assert first.complete(iid, graph, node, run, NodeResult(None), attempt=1, snap=snap)
     written = client.history(iid)[before:]
     assert [(e.event_type, e.node) for e in written] == [
@@ -269,7 +269,7 @@ def test_result_and_schedule_commit_together_and_a_duplicate_loses_whole(store: 
     [claim] = store.dag_claim(worker="r1", types=["swf.dag"], lease=30)
     snap = store.dag_snapshot(iid)
     assert snap is not None
-    first._read(first._entry(iid), iid)
+    first._cache.read(first._cache.entry(iid), iid)
     assert store.dag_record(iid, recorded_result("n0", 1), worker="elsewhere")
     assert not first.complete(iid, graph, "n0", 1, NodeResult(2), attempt=1, snap=snap)
     dispatched = [e.node for e in client.history(iid) if e.event_type == Ev.NODE_DISPATCHED]

@@ -68,6 +68,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "runtime.runner",
         "runtime.twins",
         "runtime.dag_executor",
+        "runtime.dag_cache",
         "runtime.dag_handlers",
     ),
     # What producers and operators call.

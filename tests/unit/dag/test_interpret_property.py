@@ -276,3 +276,49 @@ def test_a_view_extended_piece_by_piece_equals_one_read_whole(
     assert view == whole
     assert view.last_seq == mem.log[-1].seq
     assert view.context() == whole.context()
+
+
+@given(random_dags(), st.data())
+def test_a_view_folding_its_own_commits_equals_one_read_whole(
+    definition: DagDefinition, data: st.DataObject
+) -> None:
+    """A runner folds its own commits into its view at the seqs they took
+    (``LogView.committed``) and reads only when another runner committed (its CAS lost);
+    claims' NODE_STARTED, which change no version, reach it only with a later read. At
+    any read, and at the end, the view is the one a whole read makes."""
+    graph = check(definition)
+    mem = MemoryStore()
+    mem.append(it.start_events(graph, {"input": {"k": 1}, "dag": definition.dump()}))
+    view = LogView.of(mem.log)
+    stale = False  # another runner committed since this view's last read
+    for node in graph.nodes:
+        mem.append([NewEvent(Ev.NODE_STARTED, node, 1, {})])  # a claim, by anybody
+        for commit in (
+            [NewEvent(Ev.NODE_COMPLETED, node, 1, {"output": node, "var": node})],
+            [NewEvent(Ev.NODE_DISPATCHED, node, 2, {"via": "back"})],
+        ):
+            if data.draw(st.booleans()):  # another runner's commit
+                mem.append(commit)
+                stale = True
+                continue
+            if stale:  # the CAS lost: read the tail, then commit again
+                view.extend(e for e in mem.log if e.seq > view.last_seq)
+                assert view == LogView.of(mem.log)
+                stale = False
+            mem.append(commit)
+            view.committed(commit, [e.seq for e in mem.log[-len(commit) :]])
+        if data.draw(st.booleans()):
+            view.extend(e for e in mem.log if e.seq > view.last_seq)
+            assert view == LogView.of(mem.log)
+    view.extend(e for e in mem.log if e.seq > view.last_seq)
+    assert view == LogView.of(mem.log)
+    assert view.own == set()
+    assert view.top_seq == view.last_seq == mem.log[-1].seq
+
+
+def test_open_after_drops_the_settled_task_and_adds_the_dispatched() -> None:
+    decision = DagDecision(done="a", dispatch=(it.NodeTask("c"), it.NodeTask("b")))
+    assert it.open_after(("a", "b"), decision) == ("b", "c")
+    assert it.open_after(("a", "b"), DagDecision(done="a", finish=True)) == ()
+    retry = DagDecision(retry=it.TaskRetry("a", 1.0, 1))
+    assert it.open_after(("a",), retry) == ("a",)

@@ -1,0 +1,101 @@
+"""A runner's cache of the DAG instances it runs: each one's graph, folded log and state.
+
+The executor decides on the cache, not on a fresh read. An entry is current for the
+version it holds, because only two things write it:
+
+* a read (:meth:`DagCache.read`): the instance's version first, then the log's tail
+  after the cached view, folded in (the first read of an instance reads the whole log
+  and parses its definition, immutable for the instance, once);
+* this runner's own commit (:meth:`DagCache.fold`), made on the cached version: the
+  store returns the seqs its events took, and they are folded in at those seqs with the
+  new version, status and node tasks. The commit's CAS held, so nobody else changed the
+  version in between, and what commits next comes after these events in the log.
+
+What neither brings in at once are the claims' ``NODE_STARTED`` (a claim does not bump
+the version): they count a node's tries only, and the next read folds them in
+(``LogView.extend`` skips the runner's own events, which it reads again then).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import replace
+
+from ..core import dag_interpret as interpret
+from ..core.dag_interpret import DagDecision, LogView
+from ..core.store import DagApplied, DagSnapshot, Store
+from ..definition.dag_models import Graph
+
+CACHED_INSTANCES = 512
+"""Instances whose parsed graph and folded log a runner keeps (least recently used go)."""
+
+
+class Cached:
+    """One instance as this runner last read or committed it."""
+
+    __slots__ = ("graph", "lock", "state", "view")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        """Serialises this runner's threads on the instance: they never lose a CAS to
+        each other, and the entry changes under one of them at a time."""
+        self.view: LogView | None = None
+        self.graph: Graph | None = None
+        self.state: DagSnapshot | None = None
+        """The instance (its version, status and node tasks) the view is current for."""
+
+
+class DagCache:
+    """The entries of one runner, least recently used evicted past :data:`CACHED_INSTANCES`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._entries: OrderedDict[str, Cached] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def entry(self, instance_id: str) -> Cached:
+        with self._lock:
+            entry = self._entries.get(instance_id)
+            if entry is None:
+                entry = self._entries[instance_id] = Cached()
+                while len(self._entries) > CACHED_INSTANCES:
+                    self._entries.popitem(last=False)
+            else:
+                self._entries.move_to_end(instance_id)
+            return entry
+
+    def forget(self, instance_id: str) -> None:
+        with self._lock:
+            self._entries.pop(instance_id, None)
+
+    def read(self, entry: Cached, instance_id: str) -> DagSnapshot | None:
+        """Read the instance and its log's tail after the cached view; fold it in. None
+        (and the entry forgotten) when the instance is gone. Call with ``entry.lock``."""
+        after = 0 if entry.view is None else entry.view.last_seq
+        snap = self.store.dag_snapshot(instance_id, after_seq=after)
+        if snap is None:
+            self.forget(instance_id)
+            return None
+        if entry.view is None:
+            view = LogView.of(snap.events)
+            entry.graph = view.graph()
+            entry.view = view
+        else:
+            entry.view.extend(snap.events)
+        entry.state = DagSnapshot(snap.instance, [], snap.open_slots)  # the log is in the view
+        return snap
+
+    @staticmethod
+    def fold(entry: Cached, state: DagSnapshot, decided: DagDecision, applied: DagApplied) -> None:
+        """The entry after this runner committed ``decided`` on ``state`` (the entry's
+        own, or a read of the same version): its events at their seqs, the new version and
+        status, the node tasks it deleted and added. Call with ``entry.lock``."""
+        if entry.view is None:
+            return
+        entry.view.committed(decided.events, applied.seqs)
+        if applied.task is not None:  # a sibling's NODE_STARTED, written by the store
+            entry.view.started(applied.task.slot, applied.task.attempt)
+        status = decided.status or state.instance.status
+        instance = replace(state.instance, version=applied.version, status=status)
+        entry.state = DagSnapshot(instance, [], interpret.open_after(state.open_slots, decided))
