@@ -10,11 +10,15 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from statemachine_wf.core.store import Store
 from statemachine_wf.stores.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from statemachine_wf.stores.postgres import PostgresStore
 
 PG_DSN = os.environ.get("SWF_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -66,6 +70,17 @@ def store(store_url: tuple[str, dict[str, str]]) -> Iterator[Store]:
     s.migrate()
     yield s
     s.close()
+
+
+@pytest.fixture
+def pg_store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
+    """A migrated PostgreSQL store in this test's schema (for PostgreSQL-only tests)."""
+    from statemachine_wf.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_dsn, schema=pg_schema)
+    store.migrate()
+    yield store
+    store.close()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -19,14 +19,6 @@ from statemachine_wf.stores.postgres import PostgresStore
 from tests.plugins.stores import listen_pids as plugged_listen_pids
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def pg_store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
-    store = PostgresStore(pg_dsn, schema=pg_schema)
-    store.migrate()
-    yield store
-    store.close()
 
 
 def _until(check: Callable[[], bool], timeout: float = 30.0) -> None:

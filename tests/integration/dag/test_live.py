@@ -265,14 +265,6 @@ def test_watching_nothing_or_a_deleted_run_is_an_error(store: Store) -> None:
 # -- Postgres specifics --------------------------------------------------------------------
 
 
-@pytest.fixture
-def pg_store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
-    store = PostgresStore(pg_dsn, schema=pg_schema)
-    store.migrate()
-    yield store
-    store.close()
-
-
 def _listen(dsn: str, schema: str) -> psycopg.Connection[tuple[object, ...]]:
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute(f'LISTEN "{live_channel(schema)}"')

@@ -205,7 +205,7 @@ def test_a_database_at_016_takes_other_spellings_once_migrated(
         else:
             sql_signal(store_url, iid.upper(), "2")
         monkeypatch.undo()
-        assert store.migrate() == 17
+        assert store.migrate() == max(n for n, _ in migrations(store.dialect))
         version = store.get(iid).version  # type: ignore[union-attr]
         sql_signal(store_url, "{" + iid.upper() + "}", "3")
         assert store.get(iid).version == version + 1  # type: ignore[union-attr]

@@ -1,0 +1,4 @@
+-- Nothing to change on SQLite; the number keeps both dialects at the same schema version.
+-- PostgreSQL's 018 makes the DAG claim's pick lock a task's instance row before the task's
+-- own row. SQLite has no row locks: a claim and a commit are serialised by the database's
+-- one writer, so a commit never finds task rows held by a claim that took nothing.
