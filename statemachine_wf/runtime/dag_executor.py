@@ -151,8 +151,17 @@ class DagExecutor:
             # the claim: the claim's version covers the dispatch of this node and every
             # result it may read, and the cache holds all that changed the version up to
             # its own (this runner's commits, folded in as they committed: _commit_loop).
+            # Unless the claim's try is not the next one the cache knows of: somebody else
+            # tried the node meanwhile (a claim bumps no version), and a runner that died
+            # may have left more than its try (an older version recorded a result on its
+            # own): read what the log says before running the node again.
             snap = entry.state
-            if snap is None or snap.instance.version < claim.instance.version:
+            tried = 0 if entry.view is None else entry.view.tries.get(node, 0)
+            if (
+                snap is None
+                or snap.instance.version < claim.instance.version
+                or claim.task.attempt > tried + 1
+            ):
                 snap = self._cache.read(entry, instance_id)
                 if snap is None:
                     return None  # deleted (a stopped test run): its tasks went with it

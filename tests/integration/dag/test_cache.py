@@ -15,7 +15,7 @@ from typing import Any
 from statemachine_wf import Runner, RunnerOptions, Status, Store
 from statemachine_wf.core.dag_interpret import LogView
 from statemachine_wf.core.store import DagApplied, DagCommit
-from statemachine_wf.dag import DagClient
+from statemachine_wf.dag import DagBuilder, DagClient, Registry
 from statemachine_wf.definition.events import Ev, NewEvent
 from statemachine_wf.runtime.dag_executor import DagExecutor
 from statemachine_wf.runtime.dag_handlers import NodeResult
@@ -163,3 +163,55 @@ def test_one_runner_reads_an_instance_once_and_folds_in_its_own_commits(store: S
         started = Counter(e.node for e in client.history(iid) if e.event_type == Ev.NODE_STARTED)
         assert set(started.values()) == {1}
     assert counting.reads == len(ids)  # one whole read each, for 17 nodes
+
+
+def test_a_node_tried_elsewhere_since_the_cache_is_read_before_it_runs(store: Store) -> None:
+    """A claim bumps no version, so a cache at the claim's version can still miss another
+    runner's try of the node, and what an older version wrote on its own beside it (its
+    result, in a commit of its own). A claim whose try is not the next one the cache knows
+    of reads the log first: the node's result is found and its function is not run again."""
+    ran: Counter[str] = Counter()
+    registry = Registry()
+
+    @registry.function("count")
+    def count(name: str) -> str:
+        ran[name] += 1
+        return name
+
+    b = DagBuilder("tried_elsewhere")
+    b.node("s", "start")
+    b.node("n", "python", function="count", args={"name": "n"})
+    b.node("e", "end", outputs={"n": "{{ctx.n}}"})
+    b.chain("s", "n", "e")
+    client = DagClient(store)
+    iid = client.start(b.build(), {})
+    loop = asyncio.new_event_loop()
+    mine = DagExecutor(store, registry, worker="mine", loop=lambda: loop)
+    try:
+        _tried_elsewhere(store, client, mine, iid, ran)
+    finally:
+        mine.close()
+        loop.close()
+
+
+def _tried_elsewhere(
+    store: Store, client: DagClient, mine: DagExecutor, iid: str, ran: Counter[str]
+) -> None:
+    [start] = store.dag_claim(worker="mine", types=["swf.dag"], lease=30)
+    assert mine.run(start) is None  # s completed, n dispatched; mine's cache is warm
+    # Another runner claims n, records its result on its own (as versions before the
+    # one-commit completion did) and dies: its lease is handed back.
+    [theirs] = store.dag_claim(worker="old", types=["swf.dag"], lease=30)
+    assert (theirs.task.slot, theirs.task.attempt) == ("n", 1)
+    done = NewEvent(Ev.NODE_COMPLETED, "n", 1, {"output": "n", "handle": None, "try": 1})
+    assert store.dag_record(iid, done, worker="old")
+    store.release(worker="old", instance_ids=[iid])
+    [again] = store.dag_claim(worker="mine", types=["swf.dag"], lease=30)
+    assert (again.task.slot, again.task.attempt) == ("n", 2)
+    assert again.instance.version == start.instance.version + 1  # no bump since mine's commit
+    mine.run(again)  # schedules the recorded result: the end is dispatched
+    assert ran == {}
+    [end] = store.dag_claim(worker="mine", types=["swf.dag"], lease=30)
+    mine.run(end)
+    assert client.get(iid).status == Status.COMPLETED
+    assert client.output(iid) == {"n": "n"}
