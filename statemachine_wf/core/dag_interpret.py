@@ -398,7 +398,7 @@ def _settles(decision: DagDecision) -> bool:
 
 def takes_sibling(decision: DagDecision) -> bool:
     """Whether the worker committing ``decision`` may take another node task of the
-    instance that is due now, in that commit (``dag_apply_sibling``): when the decision
+    instance that is due now, in that commit (``dag_commit(take="sibling")``): when the decision
     neither ends the instance, sets its status nor retries a node, and hands nothing over
     (:func:`hand_off`). A fan-out's branch, say, whose commit dispatches nothing yet: its
     worker runs the next branch without a claim."""
@@ -410,7 +410,7 @@ def hand_off(decision: DagDecision) -> DagDecision | None:
     when it cannot: only a commit whose one dispatch is due now, that neither ends the
     instance nor retries a node. The decision then ends with that node's NODE_STARTED (a
     claim's intent: the next try), after the dispatch; the store leases its task to the
-    committing worker in the same commit (``dag_apply_take``), so it needs no claim."""
+    committing worker in the same commit (``dag_commit(take="handed")``), so it needs no claim."""
     task = handed_task(decision)
     if task is None:
         return None

@@ -410,33 +410,6 @@ class DagRuns(Protocol):
         """
         ...
 
-    def dag_apply_take(
-        self, commit: DagCommit, *, lease: float, incarnation: str = ""
-    ) -> tuple[int, TaskRecord | None]:
-        """``dag_apply``, and the one node task it dispatches (due now) leased to
-        ``commit.worker`` under a fresh token: a hand-off, the committing worker runs that
-        node next with no claim. The decision's last event must be that node's
-        NODE_STARTED (the claim's intent); the task is None when nothing was dispatched.
-
-        Raises:
-            ConcurrencyConflict: the instance is no longer at ``commit.version``.
-        """
-        ...
-
-    def dag_apply_sibling(
-        self, commit: DagCommit, *, lease: float, incarnation: str = ""
-    ) -> tuple[int, TaskRecord | None]:
-        """``dag_apply``, and another node task of the instance that is due now (not one
-        this commit dispatches) leased to ``commit.worker`` under a fresh token, its try
-        counted and its NODE_STARTED written, as ``dag_claim`` takes one: the committing
-        worker runs that node next with no claim. None when no other task is due.
-
-        Raises:
-            ValueError: the decision does not allow it (``dag_interpret.takes_sibling``).
-            ConcurrencyConflict: the instance is no longer at ``commit.version``.
-        """
-        ...
-
     def dag_commit(
         self,
         commit: DagCommit,
@@ -445,13 +418,21 @@ class DagRuns(Protocol):
         lease: float = 0.0,
         incarnation: str = "",
     ) -> DagApplied:
-        """``dag_apply`` (``take`` None), ``dag_apply_take`` ("handed") or
-        ``dag_apply_sibling`` ("sibling"), returning also the seqs the decision's events
-        took: what a runner needs to fold its own commit into its cached view of the log
-        instead of reading it back.
+        """``dag_apply``, returning also the seqs the decision's events took: what a
+        runner needs to fold its own commit into its cached view of the log instead of
+        reading it back. ``take`` leases a node task to ``commit.worker`` under a fresh
+        token of ``incarnation`` in the same commit, so the committing worker runs that
+        node next with no claim; ``DagApplied.task`` is it (None if there was none):
+
+        - "handed": the one node task the decision dispatches, due now (a hand-off). The
+          decision's last event must be that node's NODE_STARTED (the claim's intent).
+        - "sibling": another node task of the instance that is due now (not one this
+          commit dispatches), its try counted and its NODE_STARTED written, as
+          ``dag_claim`` takes one.
 
         Raises:
-            ValueError: ``take`` is not allowed for the decision (as the two above).
+            ValueError: ``take`` is not allowed for the decision
+                (``dag_interpret.hand_off`` / ``takes_sibling``).
             ConcurrencyConflict: the instance is no longer at ``commit.version``.
         """
         ...

@@ -160,8 +160,8 @@ def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
         "dispatch": encode(
             [{"node": t.node, "delay": t.delay, "attempt": t.attempt} for t in d.dispatch]
         ),
-        "token": None,  # dag_apply_take: the dispatched task leased under this token
-        "sib_token": None,  # dag_apply_sibling: another due task leased under this one
+        "token": None,  # take "handed": the dispatched task leased under this token
+        "sib_token": None,  # take "sibling": another due task leased under this one
         "lease": 0.0,
     }
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal, assert_never
 
 from ..core.dag_interpret import handed_task, takes_sibling
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
-from ..core.store import Claim, Commit, DagApplied, DagCommit, NewDagInstance, TaskRecord
+from ..core.store import Claim, Commit, DagApplied, DagCommit, NewDagInstance
 from ..errors import ConcurrencyConflict, StoreError
 from ._base import Row
 from ._common import (
@@ -169,18 +169,6 @@ class SqlStore(SqlReads):
     def dag_apply(self, commit: DagCommit) -> int:
         return self.dag_commit(commit).version
 
-    def dag_apply_take(
-        self, commit: DagCommit, *, lease: float, incarnation: str = ""
-    ) -> tuple[int, TaskRecord | None]:
-        applied = self.dag_commit(commit, take="handed", lease=lease, incarnation=incarnation)
-        return applied.version, applied.task
-
-    def dag_apply_sibling(
-        self, commit: DagCommit, *, lease: float, incarnation: str = ""
-    ) -> tuple[int, TaskRecord | None]:
-        applied = self.dag_commit(commit, take="sibling", lease=lease, incarnation=incarnation)
-        return applied.version, applied.task
-
     def dag_commit(
         self,
         commit: DagCommit,
@@ -195,7 +183,9 @@ class SqlStore(SqlReads):
             # counted) and the decision carries its NODE_STARTED: what dag_claim would have
             # written, in the commit that dispatched it, for the worker free to run it now.
             if handed_task(commit.decision) is None:
-                raise ValueError("dag_apply_take hands off exactly one node task due now")
+                raise ValueError(
+                    "dag_commit(take='handed') hands off exactly one node task due now"
+                )
             params.update(token=new_lease_token(incarnation), lease=lease)
         elif take == "sibling":
             # Another node task of the instance, due now, leased in the commit as dag_claim
@@ -203,8 +193,8 @@ class SqlStore(SqlReads):
             # lock, which dag_claim skips, so no claim takes it meanwhile.
             if not takes_sibling(commit.decision):
                 raise ValueError(
-                    "dag_apply_sibling takes a node task in a commit that neither ends the "
-                    "instance, sets its status, retries a node nor hands one over"
+                    "dag_commit(take='sibling') takes a node task in a commit that neither "
+                    "ends the instance, sets its status, retries a node nor hands one over"
                 )
             params.update(sib_token=new_lease_token(incarnation), lease=lease)
         row = self._dag_apply(commit, params)

@@ -76,9 +76,9 @@ def test_a_refused_take_or_a_lost_cas_writes_nothing(store: Store) -> None:
     commit = fan.completion(store, fan.claim(store), {"x": 1})
     before = store.events(iid)
     one = replace(commit.decision, dispatch=commit.decision.dispatch[:1])
-    with pytest.raises(ValueError, match="dag_apply_take hands off exactly one"):
+    with pytest.raises(ValueError, match=r"dag_commit\(take='handed'\) hands off exactly one"):
         store.dag_commit(commit, take="handed", lease=300)
-    with pytest.raises(ValueError, match="dag_apply_sibling takes a node task"):
+    with pytest.raises(ValueError, match=r"dag_commit\(take='sibling'\) takes a node task"):
         store.dag_commit(replace(commit, decision=one), take="sibling", lease=300)
     with pytest.raises(ConcurrencyConflict):
         store.dag_commit(replace(commit, version=commit.version - 1))

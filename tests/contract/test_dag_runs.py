@@ -278,14 +278,15 @@ def test_dag_claim_says_whether_more_is_due_and_fences_each_claim_by_its_token(
     assert store.dag_claim(worker="w", types=["t.other.v1"], lease=300) == []
 
 
-def test_dag_apply_take_hands_the_one_next_node_to_the_committing_worker(store: Store) -> None:
+def test_a_handed_take_hands_the_one_next_node_to_the_committing_worker(store: Store) -> None:
     iid, _ = start(store)
     commit = completion(store, claim_node(store, "s"), None)
     handed = interpret.hand_off(commit.decision)
     assert handed is not None
-    version, task = store.dag_apply_take(
-        replace(commit, decision=handed), lease=300, incarnation="host:1:abc"
+    applied = store.dag_commit(
+        replace(commit, decision=handed), take="handed", lease=300, incarnation="host:1:abc"
     )
+    version, task = applied.version, applied.task
     assert version == commit.version + 1
     assert task is not None
     # What dag_claim would have leased: the node's task, its try counted, this worker's
@@ -305,7 +306,7 @@ def test_dag_apply_take_hands_the_one_next_node_to_the_committing_worker(store: 
     assert (again.task.slot, again.task.attempt) == ("n0", 2)
 
 
-def test_dag_apply_take_refuses_a_decision_that_does_not_hand_one_node_over(
+def test_a_handed_take_refuses_a_decision_that_does_not_hand_one_node_over(
     store: Store,
 ) -> None:
     iid, _ = start(store)
@@ -314,7 +315,7 @@ def test_dag_apply_take_refuses_a_decision_that_does_not_hand_one_node_over(
     later = replace(commit.decision, dispatch=(replace(commit.decision.dispatch[0], delay=5),))
     for decision in (two, later, replace(commit.decision, finish=True)):
         with pytest.raises(ValueError, match="exactly one node task due now"):
-            store.dag_apply_take(replace(commit, decision=decision), lease=300)
+            store.dag_commit(replace(commit, decision=decision), take="handed", lease=300)
     assert store.dag_snapshot(iid).instance.version == commit.version  # type: ignore[union-attr]
     assert interpret.hand_off(two) is None
     assert interpret.hand_off(later) is None

@@ -1,4 +1,4 @@
-"""``dag_apply_sibling`` (``ports.DagRuns``), on SQLite and PostgreSQL: a commit that hands
+"""``dag_commit(take="sibling")`` (``ports.DagRuns``), on SQLite and PostgreSQL: a commit that hands
 nothing over takes another due node task of its instance for the committing worker, as
 ``dag_claim`` would have taken it, so a fan-out's branches need no claim each."""
 
@@ -42,11 +42,12 @@ def test_a_branch_commit_takes_the_next_due_branch_as_a_claim_would(store: Store
     # takes none of them (not one it adds), and all three stay due for claims.
     fan = completion(store, first_node, {"x": 1})
     assert interpret.takes_sibling(fan.decision)
-    assert store.dag_apply_sibling(fan, lease=300)[1] is None
+    assert store.dag_commit(fan, take="sibling", lease=300).task is None
     first = claim(store)
     done = completion(store, first, 1)
     assert done.decision.dispatch == ()  # the join waits for the other branches
-    version, task = store.dag_apply_sibling(done, lease=300, incarnation="host:1:abc")
+    applied = store.dag_commit(done, take="sibling", lease=300, incarnation="host:1:abc")
+    version, task = applied.version, applied.task
     assert version == done.version + 1
     assert task is not None
     # What dag_claim leases: another branch of this instance, its try counted, this
@@ -85,20 +86,20 @@ def test_a_commit_takes_no_task_of_another_instance(store: Store) -> None:
     [own] = [c for c in (a, b) if c.instance.id == mine]
     [theirs] = [c for c in (a, b) if c.instance.id == other]
     store.dag_apply(completion(store, theirs, {"x": 1}))  # other's branches due
-    _, task = store.dag_apply_sibling(completion(store, own, {}), lease=300)
+    task = store.dag_commit(completion(store, own, {}), take="sibling", lease=300).task
     assert task is None
     assert {store.task(other, f"b{i}").lease_owner for i in range(3)} == {None}  # type: ignore[union-attr]
 
 
-def test_dag_apply_sibling_refuses_a_commit_that_may_not_take_one(store: Store) -> None:
+def test_a_sibling_take_refuses_a_commit_that_may_not_take_one(store: Store) -> None:
     iid = start(store)
     commit = completion(store, claim(store), {"x": 1})
     one = replace(commit.decision, dispatch=commit.decision.dispatch[:1])  # a hand-off
     ended = replace(commit.decision, finish=True)
     for decision in (one, ended):
         assert not interpret.takes_sibling(decision)
-        with pytest.raises(ValueError, match="dag_apply_sibling takes a node task"):
-            store.dag_apply_sibling(replace(commit, decision=decision), lease=300)
+        with pytest.raises(ValueError, match=r"dag_commit\(take='sibling'\) takes a node task"):
+            store.dag_commit(replace(commit, decision=decision), take="sibling", lease=300)
     snap = store.dag_snapshot(iid)
     assert snap is not None
     assert snap.instance.version == commit.version  # nothing written

@@ -110,7 +110,7 @@ def test_a_runner_stopping_releases_the_handed_node_and_the_next_runs_it(store: 
 
 def test_a_fan_out_runs_its_branches_on_the_workers_already_in_it(store: Store) -> None:
     """A branch's commit takes the next due branch of its instance for the same worker
-    (dag_apply_sibling): the branches need no claim each, and each runs exactly once."""
+    (dag_commit(take="sibling")): the branches need no claim each, and each runs exactly once."""
     counting = CountingClaims(store)
     client = DagClient(store)
     iid = client.start(h.fan_out(12), {"x": 1})
