@@ -72,7 +72,7 @@ from .dag_handlers import (
     NodeCall,
     NodeResult,
     Registry,
-    handler_for,
+    run_handler,
 )
 from .operations import cancel_unless_ended, until_committed
 
@@ -100,7 +100,7 @@ class DagExecutor:
         store: the runner's store.
         registry: the functions and queries ``python``/``data_query`` nodes may call.
         worker: the runner's worker id (written on events, owner of leases).
-        loop: returns the calling thread's asyncio loop (handlers are coroutines).
+        loop: returns the calling thread's asyncio loop (an async node function runs on it).
         lease: seconds of the lease on a node handed to this worker by its own commit (see
             the module's step 3); None: no hand-off, every node is claimed.
         incarnation: the runner's incarnation (the prefix of a handed task's lease token,
@@ -220,7 +220,7 @@ class DagExecutor:
             cancelled=lambda: self._cancelled(instance_id),
         )
         try:
-            result = self._loop().run_until_complete(handler_for(call.node.type)(call))
+            result = run_handler(call, self._loop)
             output = to_jsonable_python(result.output)
             # The limit inputs have: an output over it fails the node (PayloadTooLarge,
             # not retried) and is never written. (A start node's output is the input,

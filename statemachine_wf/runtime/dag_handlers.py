@@ -24,7 +24,7 @@ import concurrent.futures
 import contextvars
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -305,7 +305,7 @@ class NodeResult:
     delay: float = 0.0
 
 
-Handler = Callable[[NodeCall], Awaitable[NodeResult]]
+Handler = Callable[[NodeCall], Coroutine[Any, Any, NodeResult]]
 
 
 async def _start(call: NodeCall) -> NodeResult:
@@ -526,3 +526,35 @@ def handler_for(node_type: str) -> Handler:
         return HANDLERS[node_type]
     except KeyError:
         raise InputError(f"no handler for node type {node_type!r} in this runner") from None
+
+
+def run_handler(call: NodeCall, loop: Callable[[], asyncio.AbstractEventLoop]) -> NodeResult:
+    """Run the node's handler on the calling worker thread.
+
+    Handlers are coroutines, but only an ``async`` registered function awaits anything:
+    every other handler finishes at its coroutine's first step, which is run here with no
+    event loop. ``run_until_complete`` would wrap it in a task and turn the loop once
+    (about a sixth of a SQLite fan-out node's samples: bench/README.md, "A node's handler
+    run without its event loop"). An async function runs on the thread's ``loop()``.
+    """
+    handler = handler_for(call.node.type)
+    if _awaits(call):
+        return loop().run_until_complete(handler(call))
+    coro = handler(call)
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: NodeResult = done.value
+        return result
+    coro.close()  # a handler that awaited after all: a bug here, never the node's data
+    raise InternalError(f"the {call.node.type!r} handler of {call.node.id!r} awaited")
+
+
+def _awaits(call: NodeCall) -> bool:
+    """Whether the node's handler awaits: a ``python``/``data_query`` node whose function
+    is ``async`` (an unknown name raises here as the handler would: the node fails)."""
+    if isinstance(call.config, PythonConfig):
+        return call.registry.get_function(call.config.function).is_async
+    if isinstance(call.config, DataQueryConfig):
+        return call.registry.get_query(call.config.query).is_async
+    return False
