@@ -215,3 +215,66 @@ def _tried_elsewhere(
     mine.run(end)
     assert client.get(iid).status == Status.COMPLETED
     assert client.output(iid) == {"n": "n"}
+
+
+def test_the_instances_of_one_definition_share_one_parsed_graph(
+    store: Store, monkeypatch: Any
+) -> None:
+    from statemachine_wf.runtime import dag_cache
+
+    parses: list[str] = []
+    real_check = dag_cache.check
+
+    def counting(definition: Any) -> Any:
+        parses.append(definition.name)
+        return real_check(definition)
+
+    monkeypatch.setattr(dag_cache, "check", counting)
+    client = DagClient(store)
+    # Two instances of one definition (their inputs differ), and two definitions of one
+    # name and shape whose join differs: the definition's content decides.
+    a1 = client.start(h.linear(3), {"x": 1})
+    a2 = client.start(h.linear(3), {"x": 2})
+    b = client.start(h.diamond("all"), {})
+    c = client.start(h.diamond("any"), {})
+    cache = dag_cache.DagCache(store)
+
+    def graph(iid: str) -> Any:
+        entry = cache.entry(iid)
+        assert cache.read(entry, iid) is not None
+        return entry.graph
+
+    g1, g2, gb, gc = graph(a1), graph(a2), graph(b), graph(c)
+    assert g1 is g2
+    assert gb is not g1
+    assert gc is not gb
+    assert g1.start == "s"
+    assert set(gc.nodes) == set(gb.nodes)
+    assert len(parses) == 3
+    # A new entry for an instance already parsed (evicted, say) parses nothing.
+    cache.forget(a1)
+    assert graph(a1) is g1
+    assert len(parses) == 3
+
+
+def test_the_parsed_graphs_are_bounded(store: Store, monkeypatch: Any) -> None:
+    from statemachine_wf.runtime import dag_cache
+
+    monkeypatch.setattr(dag_cache, "CACHED_GRAPHS", 2)
+    client = DagClient(store)
+    ids = [client.start(h.linear(n), {}) for n in (2, 3, 4)]
+    cache = dag_cache.DagCache(store)
+    graphs = []
+    for iid in ids:
+        entry = cache.entry(iid)
+        cache.read(entry, iid)
+        graphs.append(entry.graph)
+    assert len(cache._graphs) == 2  # the first definition's went
+    assert list(cache._graphs.values()) == graphs[1:]
+    # Read again, the first is parsed anew (an equal graph, not the same object).
+    cache.forget(ids[0])
+    entry = cache.entry(ids[0])
+    cache.read(entry, ids[0])
+    assert entry.graph is not graphs[0]
+    assert entry.graph is not None
+    assert set(entry.graph.nodes) == set(graphs[0].nodes)
