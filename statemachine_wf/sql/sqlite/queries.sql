@@ -587,16 +587,20 @@ SELECT :version + 1 AS version,
                               AND t.lease_token = coalesce(:token, :sib_token)) AS taken,
        -- The seqs of the decision's :n_events events, for the committer to fold them into
        -- its cached view (SqlStore.dag_commit): under the writer lock they are the
-       -- instance's newest, but for the sibling's NODE_STARTED written after them.
+       -- instance's newest, but for the sibling's NODE_STARTED, written after them, so
+       -- the newest event when there is one (skipped then: OFFSET 1). Both lookups go down
+       -- an index, whatever the log's length: a search of the log for that event was
+       -- linear in it, and a fan-out's branch commits quadratic in its width.
        (SELECT json_group_array(seq) FROM (
-            SELECT seq FROM wf_events
-            WHERE instance_id = :id AND seq NOT IN (
-                SELECT e.seq FROM wf_events e JOIN wf_tasks t
-                  ON e.instance_id = t.instance_id AND e.node = t.slot
-                     AND e.attempt = t.attempt AND e.event_type = 'NODE_STARTED'
-                WHERE :sib_token IS NOT NULL AND t.instance_id = :id
-                  AND t.lease_token = :sib_token)
-            ORDER BY seq DESC LIMIT :n_events)) AS seqs;
+            SELECT seq FROM wf_events WHERE instance_id = :id ORDER BY seq DESC
+            LIMIT :n_events OFFSET (
+                SELECT count(*)
+                FROM (SELECT node, attempt, event_type FROM wf_events
+                      WHERE instance_id = :id ORDER BY seq DESC LIMIT 1) AS newest
+                JOIN wf_tasks t ON t.instance_id = :id AND t.slot = newest.node
+                                   AND t.attempt = newest.attempt
+                WHERE :sib_token IS NOT NULL AND newest.event_type = 'NODE_STARTED'
+                  AND t.lease_token = :sib_token))) AS seqs;
 
 -- name: dag_save
 INSERT INTO wf_dag_definitions (name, version, definition, created_at)
