@@ -71,7 +71,7 @@ class DagCache:
         use. A graph is immutable, so instances share it. Keyed by a digest of the
         definition's JSON text, which costs about a sixth of a parse; the text itself is
         not kept (a definition may be megabytes)."""
-        text = json.dumps(definition, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(definition, separators=(",", ":"))
         key = hashlib.blake2b(text.encode(), digest_size=32).digest()
         with self._lock:
             graph = self._graphs.get(key)
