@@ -22,15 +22,12 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from ..core import dag_interpret as interpret
 from ..core.dag_interpret import DagDecision, LogView
 from ..core.store import DagApplied, DagSnapshot, Store
-from ..definition.dag_definition import DagDefinition
-from ..definition.dag_models import Graph, check
+from ..definition.dag_models import Graph
 
 CACHED_INSTANCES = 512
 """Instances whose parsed graph and folded log a runner keeps (least recently used go)."""
@@ -64,21 +61,21 @@ class DagCache:
         self._graphs: OrderedDict[bytes, Graph] = OrderedDict()
         self._lock = threading.Lock()
 
-    def graph(self, definition: Mapping[str, Any]) -> Graph:
-        """The graph of ``definition`` (an instance's, as its log holds it), parsed once
-        for every instance of it: checking and indexing a 100-node definition costs about
-        2 ms, and a graph's indexes (the joins' edges split, the loops) are built on first
-        use. A graph is immutable, so instances share it. Keyed by a digest of the
-        definition's JSON text, which costs about a sixth of a parse; the text itself is
-        not kept (a definition may be megabytes)."""
-        text = json.dumps(definition, separators=(",", ":"))
+    def graph(self, view: LogView) -> Graph:
+        """The graph of the instance whose log ``view`` folds (``view.graph()``), parsed
+        once for every instance of its definition: checking and indexing a 100-node
+        definition costs about 2 ms, and a graph's indexes (the joins' edges split, the
+        loops) are built on first use. A graph is immutable, so instances share it. Keyed
+        by a digest of the definition's JSON text, which costs about a sixth of a parse;
+        the text itself is not kept (a definition may be megabytes)."""
+        text = json.dumps(view.definition, separators=(",", ":"))
         key = hashlib.blake2b(text.encode(), digest_size=32).digest()
         with self._lock:
             graph = self._graphs.get(key)
             if graph is not None:
                 self._graphs.move_to_end(key)
                 return graph
-        graph = check(DagDefinition.model_validate(definition))
+        graph = view.graph()
         with self._lock:
             self._graphs[key] = graph
             while len(self._graphs) > CACHED_GRAPHS:
@@ -110,7 +107,7 @@ class DagCache:
             return None
         if entry.view is None:
             view = LogView.of(snap.events)
-            entry.graph = self.graph(view.definition)
+            entry.graph = self.graph(view)
             entry.view = view
         else:
             entry.view.extend(snap.events)

@@ -343,9 +343,9 @@ def _call_sync(call: NodeCall, reg: Registered, args: Mapping[str, Any], limit: 
     """A sync function, run on the pool so that the timeout can give up on it (the thread
     cannot be killed and finishes in the background).
 
-    The worker waits for it here, blocking the node's event loop: that loop runs this one
-    node and nothing else. Going through ``run_in_executor`` and an asyncio timeout took
-    two wake-ups of the loop's self-pipe a node, each a hand-over of the GIL between the
+    The worker waits for it here, on its own thread (:func:`run_handler` runs such a node
+    with no event loop). Going through ``run_in_executor`` and an asyncio timeout took two
+    wake-ups of the loop's self-pipe a node, each a hand-over of the GIL between the
     runner's threads: 11-21% of a node's CPU (bench/README.md, "a sync node function").
     """
     # In a copy of this context: a pool thread does not inherit context variables, and

@@ -220,16 +220,17 @@ def _tried_elsewhere(
 def test_the_instances_of_one_definition_share_one_parsed_graph(
     store: Store, monkeypatch: Any
 ) -> None:
+    from statemachine_wf.core import dag_interpret
     from statemachine_wf.runtime import dag_cache
 
     parses: list[str] = []
-    real_check = dag_cache.check
+    real_check = dag_interpret.check
 
     def counting(definition: Any) -> Any:
         parses.append(definition.name)
         return real_check(definition)
 
-    monkeypatch.setattr(dag_cache, "check", counting)
+    monkeypatch.setattr(dag_interpret, "check", counting)  # what LogView.graph parses with
     client = DagClient(store)
     # Two instances of one definition (their inputs differ), and two definitions of one
     # name and shape whose join differs: the definition's content decides.
