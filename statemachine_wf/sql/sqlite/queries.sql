@@ -29,12 +29,17 @@ SELECT :id AS id WHERE changes() = 1;
 -- The CAS: the decision was made on :version. Anything committed since (another runner's
 -- claim, an operator's cancel, a signal) moved it, and then nothing at all is written.
 UPDATE wf_instances
-SET status = :status, step = :step, step_attempts = :step_attempts, attempts = :attempts,
+SET step = :step, step_attempts = :step_attempts, attempts = :attempts,
     progress = :progress, error = :error, cancel_requested = :cancel_requested,
     waits = :waits, waiting_key = :waiting_key, waiting_kind = :waiting_kind,
     waiting_token = :waiting_token, waiting_until = :waiting_until,
     version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
+-- The status apart, and only when it changes: SQLite rewrites the entries of every index
+-- on a column an UPDATE sets (status leads wf_instances_active and filters two partial
+-- indexes), whether or not its value changes, and most decisions keep the status
+-- (bench/README.md, "SQLite: the status written only when it changes").
+UPDATE wf_instances SET status = :status WHERE id = :id AND status <> :status;
 
 -- name: append_events
 -- The events (:events, a JSON array), in order. A duplicate once-per-attempt event hits the
@@ -539,9 +544,13 @@ SELECT slot FROM wf_tasks WHERE instance_id = :id ORDER BY slot;
 -- apply_dead_letter when the decision has one, dag_tail): the version-checked instance
 -- row, the first statement, so when it changes no row nothing after it runs.
 UPDATE wf_instances
-SET status = coalesce(:status, status), progress = coalesce(:progress, progress),
-    error = coalesce(:error, error), version = version + 1, updated_at = :now
+SET progress = coalesce(:progress, progress), error = coalesce(:error, error),
+    version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
+-- The status apart, only when the decision sets a new one (as apply_head); a constant
+-- false first term skips the row's lookup altogether.
+UPDATE wf_instances SET status = :status
+WHERE :status IS NOT NULL AND id = :id AND status <> :status;
 
 -- name: dag_tail
 -- The node tasks: the finished node's task or every task (:finish), the retried node's
