@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from statemachine_wf.core import dag_interpret as interpret
 from statemachine_wf.core.dag_interpret import LogView, NodeOutcome
 from statemachine_wf.definition.dag_models import Graph, check
@@ -114,3 +118,30 @@ def test_retries_run_out_is_a_dead_letter_and_a_fail_after_retries_is_not() -> N
     assert said.error is not None
     assert said.error["message"] == "refused"
     assert Ev.DEAD_LETTERED not in [e.event_type for e in said.events]
+
+
+def test_a_wide_join_looks_at_one_edge_per_branch_finished_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The barrier checks the join's edges from the last back and stops at the first not
+    # fired: branches that finish in the order they were dispatched cost one check each,
+    # not one per branch before them (quadratic in the join's width).
+    graph = check(fan_out(40))
+    checked: list[str] = []
+    fired = LogView.fired
+
+    def counting(self: LogView, edge: Any, since: int) -> bool:
+        checked.append(edge.source)
+        return fired(self, edge, since)
+
+    monkeypatch.setattr(LogView, "fired", counting)
+    view = _log(graph)
+    per_branch = []
+    for i in range(40):
+        node = f"b{i}"
+        view.committed([NewEvent(Ev.NODE_COMPLETED, node, 1, {"output": i})], [view.top_seq + 1])
+        checked.clear()
+        assert interpret.ready(graph, view, "e") == ("entry" if i == 39 else None)
+        per_branch.append(len(checked))
+    assert per_branch[:-1] == [1] * 39  # b39 is not in yet: the first edge looked at
+    assert per_branch[-1] == 40  # the last branch: every edge, once
