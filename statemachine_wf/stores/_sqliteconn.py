@@ -171,10 +171,11 @@ class SQLiteConnections(SqlStore):
     def _write(self) -> Iterator[sqlite3.Connection]:
         # Group commit. Threads of this process queue on the writer lock (SQLite's own
         # busy handler backs off with sleeps of up to 100 ms, which would dominate a step;
-        # other processes still meet the file lock and busy_timeout). Each write runs in a
-        # SAVEPOINT of one transaction that the queued writes share, and the write that
-        # finds nobody queued behind it COMMITs for all of them: one fsync per group, not
-        # per write. No write returns before the COMMIT that carries it is durable.
+        # other processes still meet the file lock and busy_timeout). The queued writes
+        # share one transaction, each after the first in a SAVEPOINT of its own, and the
+        # write that finds nobody queued behind it COMMITs for all of them: one fsync per
+        # group, not per write. No write returns before the COMMIT that carries it is
+        # durable.
         conn = self._writing()
         with self._queue:
             self._queued += 1
@@ -182,6 +183,7 @@ class SQLiteConnections(SqlStore):
         with self._queue:
             self._queued -= 1
         group, entered, before = self._group, False, dict(self._appended)
+        first = group is None
         try:
             # wrap_errors covers the write itself: a driver error anywhere (busy beyond
             # busy_timeout, disk full, I/O) is the database's, a StoreError, never the
@@ -190,12 +192,19 @@ class SQLiteConnections(SqlStore):
                 if group is None:
                     conn.execute("BEGIN IMMEDIATE")  # the file's write lock, up front
                     group = self._group = _Group()
-                conn.execute("SAVEPOINT swf_write")
+                else:
+                    # Its failure must undo only itself: the group's earlier writes stand.
+                    # The first write needs no savepoint (two statements fewer for a
+                    # write alone): the transaction holds nothing else, and its failure
+                    # rolls the whole of it back.
+                    conn.execute("SAVEPOINT swf_write")
                 entered = True
                 yield conn
-                conn.execute("RELEASE swf_write")
+                if not first:
+                    conn.execute("RELEASE swf_write")
         except BaseException:
-            self._leave(conn, group, lost=entered and not self._undo(conn, before))
+            lost = entered and (first or not self._undo(conn, before))
+            self._leave(conn, group, lost=lost)
             raise
         self._leave(conn, group)
         group.wait()

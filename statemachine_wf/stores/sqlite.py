@@ -44,8 +44,9 @@ class SQLiteStore(SQLiteConnections):
                     out.append((new.id, True))
                     continue
                 row = conn.execute(Q["instance_by_key"], {"key": new.idempotency_key}).fetchone()
-                # Raised inside the write: it is rolled back to its savepoint, so the
-                # items of this batch created before it go too.
+                # Raised inside the write: it is rolled back (to its savepoint, or with
+                # the transaction it opened), so the items of this batch created before
+                # it go too.
                 if row["type"] != new.type:  # a stored key of another type: refuse the batch
                     raise key_clash(new.idempotency_key or "", row["id"], row["type"], new.type)
                 out.append((str(row["id"]), False))

@@ -36,8 +36,8 @@ SET step = :step, step_attempts = :step_attempts, attempts = :attempts,
     version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
 -- The status apart, and only when it changes: SQLite rewrites the entries of every index
--- on a column an UPDATE sets (status leads wf_instances_active and filters two partial
--- indexes), whether or not its value changes, and most decisions keep the status
+-- on a column an UPDATE sets (status leads wf_instances_active and filters it and
+-- wf_instances_finished), whether or not its value changes, and most decisions keep it
 -- (bench/README.md, "SQLite: the status written only when it changes").
 UPDATE wf_instances SET status = :status WHERE id = :id AND status <> :status;
 

@@ -150,6 +150,37 @@ def test_a_write_alone_commits_at_once(store: SQLiteStore) -> None:
     assert len(seen) == 1
 
 
+def test_a_failed_first_write_is_rolled_back_and_the_write_queued_behind_commits(
+    store: SQLiteStore,
+) -> None:
+    # The group's first write runs without a savepoint (the transaction holds nothing
+    # else): its failure rolls the transaction back, and the write that queued behind it
+    # starts a group of its own.
+    statements: list[str] = []
+    store._writing().set_trace_callback(statements.append)
+    first_inside = threading.Event()
+
+    def first() -> None:
+        with store._write() as conn:
+            conn.execute("INSERT INTO t VALUES (1)")
+            first_inside.set()
+            queued(store, 1)
+            raise ValueError("the first write's own problem")
+
+    def second() -> None:
+        first_inside.wait(10)
+        with store._write() as conn:
+            conn.execute("INSERT INTO t VALUES (2)")
+
+    (a, a_errors), (b, b_errors) = in_thread(first), in_thread(second)
+    a.join(20)
+    b.join(20)
+    assert [type(e) for e in a_errors] == [ValueError]
+    assert b_errors == []
+    assert rows(store) == [2]
+    assert not any("SAVEPOINT" in sql for sql in statements)  # each write was a first
+
+
 def test_a_connection_closed_under_a_group_releases_its_writers_with_an_error(
     store: SQLiteStore,
 ) -> None:
