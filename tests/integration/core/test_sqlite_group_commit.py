@@ -98,10 +98,14 @@ def test_queued_writes_share_one_commit_and_a_failed_one_is_undone_alone(
 
 
 def grouped(
-    store: SQLiteStore, second: Callable[[sqlite3.Connection], None]
+    store: SQLiteStore,
+    second: Callable[[sqlite3.Connection], None],
+    *,
+    first_raises: Exception | None = None,
 ) -> tuple[list[BaseException], list[BaseException]]:
     """A first write (row 1) that holds its group open until a second write queues behind
-    it, and that second write (``second`` runs inside it); the errors each one raised."""
+    it, then raises ``first_raises`` if given, and that second write (``second`` runs
+    inside it); the errors each one raised."""
     first_inside = threading.Event()
 
     def first() -> None:
@@ -109,6 +113,8 @@ def grouped(
             conn.execute("INSERT INTO t VALUES (1)")
             first_inside.set()
             queued(store, 1)
+            if first_raises is not None:
+                raise first_raises
 
     def then() -> None:
         first_inside.wait(10)
@@ -158,23 +164,13 @@ def test_a_failed_first_write_is_rolled_back_and_the_write_queued_behind_commits
     # starts a group of its own.
     statements: list[str] = []
     store._writing().set_trace_callback(statements.append)
-    first_inside = threading.Event()
 
-    def first() -> None:
-        with store._write() as conn:
-            conn.execute("INSERT INTO t VALUES (1)")
-            first_inside.set()
-            queued(store, 1)
-            raise ValueError("the first write's own problem")
+    def second(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (2)")
 
-    def second() -> None:
-        first_inside.wait(10)
-        with store._write() as conn:
-            conn.execute("INSERT INTO t VALUES (2)")
-
-    (a, a_errors), (b, b_errors) = in_thread(first), in_thread(second)
-    a.join(20)
-    b.join(20)
+    a_errors, b_errors = grouped(
+        store, second, first_raises=ValueError("the first write's own problem")
+    )
     assert [type(e) for e in a_errors] == [ValueError]
     assert b_errors == []
     assert rows(store) == [2]
