@@ -160,6 +160,7 @@ def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
         "dispatch": encode(
             [{"node": t.node, "delay": t.delay, "attempt": t.attempt} for t in d.dispatch]
         ),
+        "n_dispatch": len(d.dispatch),  # SQLite skips the dispatch's INSERT without one
         "token": None,  # take "handed": the dispatched task leased under this token
         "sib_token": None,  # take "sibling": another due task leased under this one
         "lease": 0.0,

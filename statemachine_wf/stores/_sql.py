@@ -33,21 +33,38 @@ def migrations(dialect: str) -> list[tuple[int, str]]:
 
 
 def split_statements(script: str) -> list[str]:
-    """The statements of a SQLite script (a migration, or a named query of several).
+    """The statements of a SQLite script (a migration, or a named query of several)."""
+    return [statement for statement, _ in guarded_statements(script)]
+
+
+# A comment line ``-- only when :param`` right before a statement: see guarded_statements.
+_GUARD = re.compile(r"^--\s*only when\s*:(\w+)\s*$")
+
+
+def guarded_statements(script: str) -> list[tuple[str, str | None]]:
+    """The statements of a SQLite script, each with the parameter that guards it.
 
     Split on complete statements, not on every ';': a trigger body holds several. Whole
-    comment lines are dropped.
+    comment lines are dropped. A statement after ``-- only when :p`` does nothing unless
+    ``p`` is set, so a caller may skip it when ``p`` is None, False, 0 or empty (running
+    it would never be wrong, only slower: each statement costs a call into SQLite even
+    when its WHERE is false at once). A query's last statement, its result, runs
+    whatever its guard.
     """
-    statements: list[str] = []
+    statements: list[tuple[str, str | None]] = []
     buf = ""
+    guard: str | None = None
     for line in script.splitlines():
         if line.strip().startswith("--"):
+            match = _GUARD.match(line.strip())
+            if match is not None and not buf.strip():
+                guard = match.group(1)
             continue
         buf += line + "\n"
         if sqlite3.complete_statement(buf):
             if buf.strip().rstrip(";").strip():
-                statements.append(buf.strip())
-            buf = ""
+                statements.append((buf.strip(), guard))
+            buf, guard = "", None
     if buf.strip():
-        statements.append(buf.strip())
+        statements.append((buf.strip(), guard))
     return statements

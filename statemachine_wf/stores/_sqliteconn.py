@@ -32,11 +32,11 @@ from ..errors import (
 from ._common import dumps
 from ._decisions import SqlStore
 from ._live import LiveHub, Subscription
-from ._sql import queries, split_statements
+from ._sql import guarded_statements, queries, split_statements
 from ._wakeup import Wakeup
 
 Q = queries("sqlite")
-_SCRIPTS = {name: split_statements(text) for name, text in Q.items()}
+_SCRIPTS = {name: guarded_statements(text) for name, text in Q.items()}
 log = logging.getLogger("statemachine_wf.sqlite")
 
 
@@ -302,22 +302,26 @@ class SQLiteConnections(SqlStore):
     def _run(self, conn: sqlite3.Connection, name: str, params: dict[str, Any]) -> _Result:
         # A query may be a short script: its statements run in order (in the caller's
         # transaction), and the last one's rows are the result.
-        *head, last = _SCRIPTS[name]
-        for statement in head:
-            conn.execute(statement, params)
+        # A statement guarded by a parameter that is not set is skipped (guarded_statements);
+        # the last one is the result, and runs.
+        *head, (last, _) = _SCRIPTS[name]
+        for statement, guard in head:
+            if guard is None or params[guard]:
+                conn.execute(statement, params)
         return _Result(conn.execute(last, params))
 
     def _run_decision(
         self, conn: sqlite3.Connection, names: Sequence[str], params: dict[str, Any]
     ) -> sqlite3.Row | None:
-        first, *rest = [statement for name in names for statement in _SCRIPTS[name]]
+        (first, _), *rest = [statement for name in names for statement in _SCRIPTS[name]]
         # The CAS: under the writer lock (BEGIN IMMEDIATE) the version cannot move between
         # this statement and the next, so checking its count here gates the whole script.
         if conn.execute(first, params).rowcount != 1:
             return None
         rows: list[sqlite3.Row] = []
-        for statement in rest:
-            rows = conn.execute(statement, params).fetchall()
+        for statement, guard in rest:  # a decision's last piece ends in its SELECT
+            if guard is None or params[guard]:
+                rows = conn.execute(statement, params).fetchall()
         return rows[0] if rows else None
 
     def _encode(self, value: Any) -> str:

@@ -74,6 +74,7 @@ WHERE instance_id = :id AND state = 'pending'
 INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
 SELECT :id, value -> '$.envelope', value ->> '$.reason', :worker, :now
 FROM json_each(:dead) ORDER BY key;
+-- only when :timer_token
 INSERT INTO wf_signals (instance_id, kind, name, payload, token, due_at, created_at)
 SELECT :id, 'timer', 'timer', 'null', :timer_token, :timer_due, :now
 WHERE :timer_token IS NOT NULL;
@@ -547,23 +548,29 @@ UPDATE wf_instances
 SET progress = coalesce(:progress, progress), error = coalesce(:error, error),
     version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
--- The status apart, only when the decision sets a new one (as apply_head); a constant
--- false first term skips the row's lookup altogether.
+-- The status apart, only when the decision sets a new one (as apply_head).
+-- only when :status
 UPDATE wf_instances SET status = :status
 WHERE :status IS NOT NULL AND id = :id AND status <> :status;
 
 -- name: dag_tail
--- The node tasks: the finished node's task or every task (:finish), the retried node's
+-- The node tasks: every task (:finish) and the finished node's, apart so that the latter
+-- goes down the slot key (an OR of the two scanned the instance's tasks), the retried node's
 -- task - only while this worker still holds it (the lease fencing) - and the dispatched
 -- node tasks (:dispatch, a JSON array). A node task already open hits the unique index:
 -- a lost race.
-DELETE FROM wf_tasks WHERE instance_id = :id AND (:finish OR slot = :done);
+-- only when :finish
+DELETE FROM wf_tasks WHERE instance_id = :id AND :finish;
+-- only when :done
+DELETE FROM wf_tasks WHERE instance_id = :id AND slot = :done;
+-- only when :retry
 UPDATE wf_tasks
 SET due_at = :now + :retry_delay, failures = :retry_failures, in_flight = 0, lease_owner = NULL
 WHERE instance_id = :id AND slot = :retry AND lease_owner = :worker;
 -- With :sib_token (dag_apply_sibling): another node task of this instance, due now, taken
 -- for the committing worker as dag_claim takes it (before the dispatched tasks are added:
 -- not one of those, as on PostgreSQL).
+-- only when :sib_token
 UPDATE wf_tasks
 SET lease_owner = :worker, lease_token = :sib_token, due_at = :now + :lease,
     attempt = attempt + 1, in_flight = 1
@@ -571,6 +578,7 @@ WHERE id = (SELECT id FROM wf_tasks
             WHERE :sib_token IS NOT NULL AND instance_id = :id AND kind = 'dag'
               AND due_at <= :now
             ORDER BY priority, due_at LIMIT 1);
+-- only when :sib_token
 INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, worker,
                                  created_at)
 SELECT instance_id, slot, 'NODE_STARTED', attempt, json_object('failures', failures), :worker,
@@ -579,6 +587,7 @@ FROM wf_tasks WHERE :sib_token IS NOT NULL AND instance_id = :id AND lease_token
 -- With :token (dag_apply_take: one task, due now), the task is leased to the committing
 -- worker as dag_claim leases it, its try counted; the decision's last event is its
 -- NODE_STARTED.
+-- only when :n_dispatch
 INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
                       created_at, lease_owner, lease_token, in_flight)
 SELECT i.id, d.value ->> '$.node', d.value ->> '$.node', 'dag', i.type, i.priority,

@@ -226,9 +226,9 @@ def test_sqlite_claim_walks_one_types_index_and_never_the_table(tmp_path: Any) -
         "now": time.time(), "types": json.dumps(["mine.v1"]), "limit": 2, "worker": "w",
         "token": "t", "lease": 60.0,
     }  # fmt: skip
-    conn.execute(_SCRIPTS["claim"][0])  # its scratch table
+    conn.execute(_SCRIPTS["claim"][0][0])  # its scratch table
     for name in ("claim", "dag_claim"):
-        for statement in _SCRIPTS[name]:
+        for statement, _guard in _SCRIPTS[name]:
             if statement.lstrip().upper().startswith(("CREATE", "DELETE FROM TEMP")):
                 continue
             plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + statement, params)]
