@@ -48,7 +48,6 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
@@ -484,12 +483,11 @@ class DagExecutor:
                 applied = self.store.dag_commit(
                     commit, take=take, lease=self._lease or 0.0, incarnation=self._incarnation
                 )
-                if decision.finish:
+                if decision.finish:  # takes no node: it neither hands one off nor a sibling
                     self._cache.forget(instance_id)  # over: nothing left to decide
-                else:
-                    self._cache.fold(entry, state, decided, applied)
+                    return True
+                instance = self._cache.fold(entry, state, decided, applied)
                 if applied.task is not None and taken is not None:
-                    instance = replace(state.instance, version=applied.version)
                     taken.append(Claim(applied.task, instance, started=True))
                 return True
 
