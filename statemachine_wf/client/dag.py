@@ -17,7 +17,7 @@ from ..core.dag_interpret import LogView
 from ..core.store import InstanceRecord, NewDagInstance, Store
 from ..definition.checks import check_id, check_priority, check_text
 from ..definition.dag_definition import DagDefinition
-from ..definition.dag_models import check, load
+from ..definition.dag_models import Graph, check, load_graph
 from ..definition.events import EventRecord, Status
 from ..definition.ids import new_instance_id
 from ..definition.limits import check_payload, check_value
@@ -45,11 +45,13 @@ class DagClient:
         self.store = store
         self.registry = registry
 
-    def _load(self, definition: DagDefinition | Mapping[str, Any] | str) -> DagDefinition:
-        checked = load(definition)
+    def _load(
+        self, definition: DagDefinition | Mapping[str, Any] | str
+    ) -> tuple[DagDefinition, Graph]:
+        checked, graph = load_graph(definition)
         if self.registry is not None:
             self.registry.check_definition(checked)
-        return checked
+        return checked, graph
 
     # -- definitions -----------------------------------------------------------------------
     def save(self, definition: DagDefinition | Mapping[str, Any] | str) -> int:
@@ -58,7 +60,7 @@ class DagClient:
         Raises:
             DefinitionError: listing every problem; nothing is stored.
         """
-        checked = self._load(definition)
+        checked, _ = self._load(definition)
         return self.store.dag_save(checked.name, checked.dump())
 
     def definition(self, name: str, version: int | None = None) -> tuple[int, DagDefinition]:
@@ -102,10 +104,13 @@ class DagClient:
             # Saved under whatever registry the saver had, if any: checked against ours.
             if self.registry is not None:
                 self.registry.check_definition(checked)
+            graph = check(checked)
         else:
-            saved_version, checked = None, self._load(definition)
+            saved_version = None
+            checked, graph = self._load(definition)
         return self._start(
             checked,
+            graph,
             input,
             version=saved_version,
             test=False,
@@ -122,9 +127,8 @@ class DagClient:
         instance_id: str | None = None,
     ) -> str:
         """Run an unsaved graph (the editor's test run); :meth:`stop_test_run` deletes it."""
-        return self._start(
-            self._load(definition), input, version=None, test=True, instance_id=instance_id
-        )
+        checked, graph = self._load(definition)
+        return self._start(checked, graph, input, version=None, test=True, instance_id=instance_id)
 
     def stop_test_run(self, instance_id: str) -> None:
         """Delete a test run's instance, log and tasks in one transaction.
@@ -140,6 +144,7 @@ class DagClient:
     def _start(
         self,
         definition: DagDefinition,
+        graph: Graph,
         input: Mapping[str, Any] | None,
         *,
         version: int | None,
@@ -154,7 +159,6 @@ class DagClient:
             check_id(instance_id)
         if input is not None and not isinstance(input, Mapping):
             raise InputError(f"input must be a mapping, got {type(input).__name__}")
-        graph = check(definition)
         data = dict(input or {})
         check_value("input", data)
         self._check_type(definition.type)
