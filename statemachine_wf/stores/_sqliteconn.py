@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ._common import dumps
 from ._decisions import SqlStore
+from ._filelock import WriterQueue
 from ._live import LiveHub, Subscription
 from ._sql import guarded_statements, queries, split_statements
 from ._wakeup import Wakeup
@@ -127,6 +128,7 @@ class SQLiteConnections(SqlStore):
         self._queued = 0  # writers waiting for the writer lock
         self._group: _Group | None = None  # the open transaction's writes (group commit)
         self._wconn: sqlite3.Connection | None = None
+        self._writers = WriterQueue(path, busy_timeout)  # this process's turn among writers
         self._appended: dict[str, int] = {}  # the open transaction's events: id -> seq
         self._watcher: threading.Thread | None = None
         self._watch_lock = threading.Lock()
@@ -171,7 +173,7 @@ class SQLiteConnections(SqlStore):
     def _write(self) -> Iterator[sqlite3.Connection]:
         # Group commit. Threads of this process queue on the writer lock (SQLite's own
         # busy handler backs off with sleeps of up to 100 ms, which would dominate a step;
-        # other processes still meet the file lock and busy_timeout). The queued writes
+        # other processes' groups queue on the file lock, _filelock). The queued writes
         # share one transaction, each after the first in a SAVEPOINT of its own, and the
         # write that finds nobody queued behind it COMMITs for all of them: one fsync per
         # group, not per write. No write returns before the COMMIT that carries it is
@@ -190,7 +192,14 @@ class SQLiteConnections(SqlStore):
             # instance's fault.
             with wrap_errors():
                 if group is None:
-                    conn.execute("BEGIN IMMEDIATE")  # the file's write lock, up front
+                    # This process's turn among the file's writers (_filelock), held until
+                    # the group's COMMIT or ROLLBACK: StoreError after busy_timeout.
+                    self._writers.take()
+                    try:
+                        conn.execute("BEGIN IMMEDIATE")  # the file's write lock, up front
+                    except BaseException:
+                        self._writers.give()
+                        raise
                     group = self._group = _Group()
                 else:
                     # Its failure must undo only itself: the group's earlier writes stand.
@@ -264,6 +273,7 @@ class SQLiteConnections(SqlStore):
                     with suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
             finally:
+                self._writers.give()
                 group.done.set()
         return appended if group.error is None else {}
 
@@ -355,6 +365,7 @@ class SQLiteConnections(SqlStore):
             for conn in self._conns:
                 conn.close()
             self._conns.clear()
+        self._writers.close()
         self._local = threading.local()
         self._wconn = None
 

@@ -1,0 +1,158 @@
+"""The SQLite store's queue of writing processes: an ``flock`` on a file beside the database.
+
+SQLite has no blocking write lock. A process whose ``BEGIN IMMEDIATE`` finds another
+process writing gets SQLITE_BUSY, and the busy handler behind ``busy_timeout`` retries after
+sleeps of 1, 2, 5, 10, 15, 20, 25 ms and up: the file stands idle while the sleeper waits
+on, though the writer before it finished long ago. Runners in several processes on one file
+left the machine about half idle so (bench/README.md, "SQLite: processes queue on a file
+lock").
+
+So each process's writing transaction (a group commit: see ``_sqliteconn``) first takes an
+exclusive ``flock`` on ``<database>-swf.lock`` and gives it back after its COMMIT or
+ROLLBACK. The kernel hands the lock to the next waiting process at once. It is only a
+queue: SQLite's own locks still guard the data, and a writer that does not take the flock
+(the ``sqlite3`` shell, another program) is met by the busy handler as before. Where
+``flock`` is missing (Windows), or the file cannot be opened (a read-only directory, another
+user's file), the store goes without it and the busy handler alone queues the processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from contextlib import suppress
+
+from ..errors import StoreError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger("statemachine_wf.sqlite")
+
+
+class _Turn:
+    """One wait for the lock, made by the store's waiter thread for a writer that may
+    give up on it."""
+
+    __slots__ = ("abandoned", "fd", "got", "lock")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.got = threading.Event()
+        self.lock = threading.Lock()
+        self.abandoned = False
+
+
+class WriterQueue:
+    """The ``flock`` of one store: ``take`` returns once this process is the file's
+    writer, ``give`` lets the next one in.
+
+    ``take`` keeps ``busy_timeout``'s promise: a writer waits at most ``timeout`` seconds
+    for another process's write, then fails (StoreError), as SQLite's busy handler made it
+    fail. A blocking ``flock`` has no timeout, so a contended take waits in a thread of the
+    store's (the uncontended one takes the lock at once, with no thread involved); a take
+    that gave up leaves that thread to let go of the lock as soon as it gets it.
+    """
+
+    def __init__(self, database: str, timeout: float) -> None:
+        self.path = f"{database}-swf.lock"
+        self.timeout = timeout
+        self._fd: int | None = None
+        self._pid = 0  # the process that opened _fd: a forked child opens its own
+        self._off = fcntl is None or database in ("", ":memory:")
+        self._turns: queue.SimpleQueue[_Turn] | None = None  # the waiter thread's
+        self._turns_lock = threading.Lock()
+
+    def take(self) -> None:
+        fd = self._open()
+        if fd is None:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass  # another process writes: wait for it
+        except OSError as exc:  # no locks on this file system (ENOLCK): go without
+            self._give_up(exc)
+            return
+        turn = _Turn(fd)
+        self._waiter().put(turn)
+        if turn.got.wait(self.timeout):
+            return
+        with turn.lock:
+            if turn.got.is_set():  # got it just now
+                return
+            turn.abandoned = True
+        raise StoreError(
+            f"sqlite: database is locked: another process held its write for over "
+            f"{self.timeout:g} s ({self.path})"
+        )
+
+    def give(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            with suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None and self._pid == os.getpid():
+            os.close(fd)  # gives the lock back, if held
+
+    def _open(self) -> int | None:
+        # A child forked from a process that had the file open shares its open file
+        # description, and with it the lock: it opens its own (and has no waiter thread).
+        if self._off:
+            return None
+        if self._fd is None or self._pid != os.getpid():
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
+            except OSError as exc:  # a read-only directory, another user's file
+                self._fd = None
+                self._give_up(exc)
+                return None
+            self._pid = os.getpid()
+            self._turns, self._turns_lock = None, threading.Lock()  # a child has no waiter
+        return self._fd
+
+    def _waiter(self) -> queue.SimpleQueue[_Turn]:
+        with self._turns_lock:
+            if self._turns is None:
+                self._turns = queue.SimpleQueue()
+                threading.Thread(
+                    target=self._wait, args=(self._turns,), name="swf-sqlite-lock", daemon=True
+                ).start()
+            return self._turns
+
+    def _wait(self, turns: queue.SimpleQueue[_Turn]) -> None:
+        """The waiter thread: take the lock for each turn in order (blocking, without the
+        GIL) and hand it over, or give it back at once when its writer gave up meanwhile.
+        (Until it does, a take of this process finds it held by its own file description
+        and goes in: a lapse of the queue, not of the data, which SQLite's locks guard.)
+        It ends after a minute without turns; the next contended take starts another."""
+        while True:
+            try:
+                turn = turns.get(timeout=60)
+            except queue.Empty:
+                with self._turns_lock:
+                    if turns.empty():
+                        self._turns = None
+                        return
+                continue
+            try:
+                fcntl.flock(turn.fd, fcntl.LOCK_EX)
+            except OSError:  # the store closed the file under the wait
+                continue
+            with turn.lock:
+                if not turn.abandoned:
+                    turn.got.set()
+                    continue
+            with suppress(OSError):
+                fcntl.flock(turn.fd, fcntl.LOCK_UN)
+
+    def _give_up(self, exc: OSError) -> None:
+        self._off = True
+        log.info("sqlite: writers queue on the busy handler alone (%s: %s)", self.path, exc)
