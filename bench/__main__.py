@@ -3,7 +3,8 @@
 ``python -m bench signals``, ``python -m bench dag [--quick]``,
 ``python -m bench soak [--store sqlite|pg] [--quick]`` (one runner, N workflows: is memory
 flat?), ``python -m bench claimscale`` (a claim's cost against the due backlog),
-``python -m bench statements [--e2e]`` (statements per workflow, server CPU each) and
+``python -m bench statements [--e2e]`` (statements per workflow, server CPU each),
+``python -m bench writers`` (SQLite: processes queued on the file lock or not) and
 ``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
 from __future__ import annotations
@@ -155,7 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--json", default="", help="also write the samples and summary here")
     soak.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
 
+    writers = sub.add_parser(
+        "writers", help="SQLite: processes writing one file, queued on the file lock or not"
+    )
+    writers.add_argument("--procs", type=int, default=4)
+    writers.add_argument("--threads", type=int, default=4, help="per process")
+    writers.add_argument("--n", type=int, default=250, help="creates per thread")
+    writers.add_argument("--think", type=float, default=0.002, help="s between a thread's")
+    writers.add_argument("--rounds", type=int, default=3)
+
     args = parser.parse_args(argv)
+    if args.cmd == "writers":
+        from . import writers as wr
+
+        return wr.main(wr.Settings(args.procs, args.threads, args.n, args.think, args.rounds))
     if args.cmd == "claimscale":
         from . import claimscale as cs
 
