@@ -58,6 +58,9 @@ class WriterQueue:
     that gave up leaves that thread to let go of the lock as soon as it gets it.
     """
 
+    IDLE = 60.0
+    """Seconds the waiter thread waits for a turn before it ends."""
+
     def __init__(self, database: str, timeout: float) -> None:
         self.path = f"{database}-swf.lock"
         self.timeout = timeout
@@ -80,7 +83,7 @@ class WriterQueue:
             self._give_up(exc)
             return
         turn = _Turn(fd)
-        self._waiter().put(turn)
+        self._post(turn)
         if turn.got.wait(self.timeout):
             return
         with turn.lock:
@@ -103,43 +106,48 @@ class WriterQueue:
             os.close(fd)  # gives the lock back, if held
 
     def _open(self) -> int | None:
-        # A child forked from a process that had the file open shares its open file
-        # description, and with it the lock: it opens its own (and has no waiter thread).
         if self._off:
             return None
-        if self._fd is None or self._pid != os.getpid():
+        if self._pid != os.getpid():
+            # First use, or a child forked from a process that had the file open: the
+            # inherited descriptor shares the parent's open file description, and with it
+            # the parent's lock; the waiter thread and its lock are the parent's too.
+            self._fd, self._turns, self._turns_lock = None, None, threading.Lock()
+            self._pid = os.getpid()
+        if self._fd is None:
             try:
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
             except OSError as exc:  # a read-only directory, another user's file
-                self._fd = None
                 self._give_up(exc)
                 return None
-            self._pid = os.getpid()
-            self._turns, self._turns_lock = None, threading.Lock()  # a child has no waiter
         return self._fd
 
-    def _waiter(self) -> queue.SimpleQueue[_Turn]:
+    def _post(self, turn: _Turn) -> None:
+        # Under the lock the waiter ends under: a turn is never left in a queue whose
+        # thread has just decided to end.
         with self._turns_lock:
             if self._turns is None:
                 self._turns = queue.SimpleQueue()
                 threading.Thread(
                     target=self._wait, args=(self._turns,), name="swf-sqlite-lock", daemon=True
                 ).start()
-            return self._turns
+            self._turns.put(turn)
 
     def _wait(self, turns: queue.SimpleQueue[_Turn]) -> None:
         """The waiter thread: take the lock for each turn in order (blocking, without the
         GIL) and hand it over, or give it back at once when its writer gave up meanwhile.
         (Until it does, a take of this process finds it held by its own file description
         and goes in: a lapse of the queue, not of the data, which SQLite's locks guard.)
-        It ends after a minute without turns; the next contended take starts another."""
+        It ends after ``IDLE`` seconds without turns; the next contended take starts
+        another."""
         while True:
             try:
-                turn = turns.get(timeout=60)
+                turn = turns.get(timeout=self.IDLE)
             except queue.Empty:
                 with self._turns_lock:
                     if turns.empty():
-                        self._turns = None
+                        if self._turns is turns:
+                            self._turns = None
                         return
                 continue
             try:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,6 +173,31 @@ def test_a_forked_child_takes_its_own_lock(tmp_path: Path) -> None:
     queue.give()
     assert not held(queue.path)
     queue.close()
+
+
+def test_a_contended_take_waits_in_a_thread_that_ends_when_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(WriterQueue, "IDLE", 0.05)
+    queue = WriterQueue(str(tmp_path / "w.db"), 30)
+    assert queue._open() is not None
+    other = os.open(queue.path, os.O_RDONLY)  # another holder: its own file description
+    try:
+        for _ in range(2):  # the second time after the first waiter thread ended
+            fcntl.flock(other, fcntl.LOCK_EX)
+            threading.Timer(0.1, fcntl.flock, (other, fcntl.LOCK_UN)).start()
+            t0 = time.monotonic()
+            queue.take()  # contended: waits for the other to let go
+            assert time.monotonic() - t0 >= 0.05
+            assert held(queue.path)
+            queue.give()
+            deadline = time.monotonic() + 5
+            while queue._turns is not None:  # the waiter thread ends when idle
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+    finally:
+        os.close(other)
+        queue.close()
 
 
 def test_without_the_lock_file_the_store_writes_as_before(tmp_path: Path) -> None:
