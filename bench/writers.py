@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import tempfile
 import threading
@@ -72,6 +73,7 @@ def one_round(queued: bool, s: Settings) -> dict[str, float]:
     results = [out.get() for _ in procs]
     for p in procs:
         p.join()
+    shutil.rmtree(folder, ignore_errors=True)  # each round's file is fresh and thrown away
     # From the first process's first create to the last one's end (spawn's start-up is not
     # the writers' business; one clock, one machine).
     wall = max(r[3] for r in results) - min(r[2] for r in results)
