@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--dsn", default="")
     prof.add_argument("--no-profile", action="store_true", help="time only (for py-spy)")
     prof.add_argument(
+        "--cpu", action="store_true", help="profile each thread's CPU time, not wall time"
+    )
+    prof.add_argument(
         "--dag", choices=("fanout", "chain"), default=None, help="profile N DAG instances instead"
     )
 

@@ -24,7 +24,7 @@ Encode = Callable[[Any], Any]
 
 def dumps(value: Any) -> str:
     """The JSON text a store writes; refuses what some store cannot keep (DataRejected)."""
-    return checked_dumps(value, separators=(",", ":"), sort_keys=True)
+    return checked_dumps(value, compact=True)
 
 
 class Undecodable(dict[str, Any]):

@@ -322,17 +322,19 @@ class SQLiteConnections(SqlStore):
 
     def _run_decision(
         self, conn: sqlite3.Connection, names: Sequence[str], params: dict[str, Any]
-    ) -> sqlite3.Row | None:
+    ) -> sqlite3.Row | dict[str, int] | None:
         (first, _), *rest = [statement for name in names for statement in _SCRIPTS[name]]
         # The CAS: under the writer lock (BEGIN IMMEDIATE) the version cannot move between
         # this statement and the next, so checking its count here gates the whole script.
         if conn.execute(first, params).rowcount != 1:
             return None
         rows: list[sqlite3.Row] = []
-        for statement, guard in rest:  # a decision's last piece ends in its SELECT
+        for statement, guard in rest:
             if guard is None or params[guard]:
                 rows = conn.execute(statement, params).fetchall()
-        return rows[0] if rows else None
+        # A DAG tail ends in a SELECT of what it did; a state machine's tails return
+        # nothing, and the CAS having passed, the new version is the one after it.
+        return rows[0] if rows else {"version": params["version"] + 1}
 
     def _encode(self, value: Any) -> str:
         return dumps(value)

@@ -22,8 +22,10 @@ SELECT :id AS id WHERE changes() = 1;
 -- The decision pieces of apply (SqlStore._apply_plan names them; the same names as
 -- PostgreSQL's). SQLite runs them as one script in the caller's BEGIN IMMEDIATE
 -- transaction (SqlStore._run_decision): apply_head first, whose first statement is the CAS,
--- then apply_dead_letter and apply_signals when the decision has them, then one tail that
--- returns the new version. When the CAS changes no row nothing after it runs.
+-- then apply_dead_letter and apply_signals when the decision has them, then one tail. When
+-- the CAS changes no row nothing after it runs; when it changes one, the new version is
+-- :version + 1, which _run_decision returns itself (a `SELECT :version + 1` ending each
+-- tail was a statement a step for a sum).
 
 -- name: apply_head
 -- The CAS: the decision was made on :version. Anything committed since (another runner's
@@ -84,7 +86,6 @@ UPDATE wf_tasks
 SET node = :node, attempt = :attempt, in_flight = 1, failures = :failures,
     lease_owner = :worker, due_at = :now + :lease
 WHERE instance_id = :id AND slot = '';
-SELECT :version + 1 AS version;
 
 -- name: apply_reschedule
 INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt, in_flight,
@@ -96,7 +97,6 @@ ON CONFLICT (instance_id, slot) DO UPDATE
 -- in_flight stays set for a step still in doubt (decide.Reschedule.in_doubt)
 SET node = excluded.node, due_at = excluded.due_at, in_flight = excluded.in_flight,
     failures = excluded.failures, lease_owner = NULL;
-SELECT :version + 1 AS version;
 
 -- name: apply_park
 -- The step waits: parked until its deadline (none: 100 years), or until a pending signal
@@ -111,7 +111,6 @@ SET node = :node, in_flight = 0, failures = :failures, lease_owner = NULL,
            AND s.id NOT IN (SELECT value ->> '$.id' FROM json_each(:settled))),
         coalesce(:until, :now + 3153600000.0)))
 WHERE instance_id = :id AND slot = '';
-SELECT :version + 1 AS version;
 
 -- name: apply_finish
 DELETE FROM wf_tasks WHERE instance_id = :id AND slot = '';
@@ -152,10 +151,9 @@ UPDATE wf_tasks
 SET due_at = CASE WHEN lease_owner IS NULL THEN :now ELSE due_at END
 WHERE (instance_id, slot) IN (SELECT parent_id, parent_node FROM wf_instances
                              WHERE id = :id AND parent_node IS NOT NULL);
-SELECT :version + 1 AS version;
 
 -- name: apply_keep
-SELECT :version + 1 AS version;
+-- Nothing beyond the head and the events: the task stays as it is.
 
 -- name: instance_by_key
 SELECT id, type FROM wf_instances WHERE idempotency_key = :key;
