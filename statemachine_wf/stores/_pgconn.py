@@ -25,7 +25,7 @@ from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
 from ._common import loads
 from ._decisions import SqlStore
-from ._sql import queries
+from ._sql import queries, without_comment_lines
 from ._wakeup import Wakeup
 
 try:
@@ -42,7 +42,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ._pglive import LiveListener  # needs psycopg: after the check above
 
 log = logging.getLogger("statemachine_wf.postgres")
-Q = queries("postgres")
+# Sent without their whole-line comments: a decision's statement is under psycopg's 4 KiB
+# limit then, so its parsed form is cached instead of re-parsed on every execution
+# (bench/README.md, "PostgreSQL: the statements sent without their comments").
+Q = {name: without_comment_lines(text) for name, text in queries("postgres").items()}
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MAX_SCHEMA = 63 - len("swf_wake_")
 

@@ -20,6 +20,16 @@ def queries(dialect: str) -> dict[str, str]:
     return {parts[i]: parts[i + 1].strip().rstrip(";") for i in range(1, len(parts), 2)}
 
 
+def without_comment_lines(text: str) -> str:
+    """``text`` without its whole-line ``--`` comments and blank lines.
+
+    Whole lines only: a ``--`` after code may sit inside a string literal, and is left.
+    """
+    return "\n".join(
+        line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("--")
+    )
+
+
 @cache
 def migrations(dialect: str) -> list[tuple[int, str]]:
     """``(number, script)`` for every ``NNN_*.sql`` in ``sql/<dialect>/``, in order."""
