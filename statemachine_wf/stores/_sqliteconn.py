@@ -135,7 +135,8 @@ class SQLiteConnections(SqlStore):
         self._watching = threading.Event()  # set once the watcher read data_version
         self._closed = threading.Event()
         self._migrated = False
-        self._live = LiveHub(start=self._start_watching, register=self._live_watch)
+        self._noting = False  # the write connection notes appended events (_start_live)
+        self._live = LiveHub(start=self._start_live, register=self._live_watch)
 
     # -- connections ------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
@@ -279,23 +280,41 @@ class SQLiteConnections(SqlStore):
 
     def _writing(self) -> sqlite3.Connection:
         """The process's one write connection: every thread's writes run on it, behind
-        the writer lock. A TEMP trigger (per connection, so other tools writing the file
-        need no function of ours) notes the events each write appends."""
+        the writer lock."""
         conn = self._wconn
         if conn is None:
             self._conn()  # the first connection applies the migrations
             conn = self._open()
             with wrap_errors():
                 conn.create_function("swf_live_note", 2, self._note, deterministic=False)
-                conn.execute(
-                    "CREATE TEMP TRIGGER IF NOT EXISTS swf_live_note AFTER INSERT ON "
-                    "main.wf_events BEGIN SELECT swf_live_note(NEW.instance_id, NEW.seq); END"
-                )
             with self._lock:  # two threads' first writes: one connection wins
                 if self._wconn is None:
                     self._wconn = conn
                 conn = self._wconn
         return conn
+
+    def _start_live(self) -> None:
+        """Before a live subscription is made: the watch of other processes' commits up,
+        and this process's own commits noted.
+
+        A TEMP trigger on the write connection (per connection, so other tools writing
+        the file need no function of ours) notes the events each write appends, and the
+        commit publishes them (_commit). It is made on the first subscription, not with
+        the connection: a call from SQLite into Python for every event cost a process
+        that nobody watches 5% of its steps (bench/README.md, "SQLite: events noted only
+        for a watcher"). Made in a write of its own, so every write before it has
+        committed when this returns, and the subscriber's first read sees it; every
+        write after it is noted.
+        """
+        self._start_watching()
+        if self._noting:
+            return
+        with self._write() as conn:
+            conn.execute(
+                "CREATE TEMP TRIGGER IF NOT EXISTS swf_live_note AFTER INSERT ON "
+                "main.wf_events BEGIN SELECT swf_live_note(NEW.instance_id, NEW.seq); END"
+            )
+        self._noting = True
 
     def _note(self, instance_id: str, seq: int) -> None:
         self._appended[instance_id] = seq  # published after the COMMIT (see _commit)
@@ -370,6 +389,7 @@ class SQLiteConnections(SqlStore):
         self._writers.close()
         self._local = threading.local()
         self._wconn = None
+        self._noting = False  # the trigger went with the connection
 
     def _watch(self) -> None:
         # Other processes' commits, through PRAGMA data_version (a shared-memory read, no

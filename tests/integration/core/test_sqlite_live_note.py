@@ -1,0 +1,132 @@
+"""SQLite: this process's commits are published to its live watchers by a TEMP trigger on
+the write connection that notes each appended event. The trigger is made by the first
+live subscription, not with the connection: a process nobody watches pays no call from
+SQLite into Python per event, and a watcher still hears of every commit after it
+subscribed, with the event's seq."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from statemachine_wf import COMPLETED, Client, StepContext, Workflow, step
+from statemachine_wf.stores.sqlite import SQLiteStore
+
+
+class In(BaseModel):
+    pass
+
+
+class Once(Workflow[In, In]):
+    workflow_type = "t.livenote.v1"
+
+    @step(initial=True, to=COMPLETED)
+    def only(self, ctx: StepContext[In, In]) -> None:
+        return None
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    s = SQLiteStore(str(tmp_path / "swf.db"))
+    s.migrate()
+    yield s
+    s.close()
+
+
+def published(store: SQLiteStore) -> list[tuple[str, int | None]]:
+    """Record the hub's per-instance publications (the trigger's path; the watcher of
+    other connections' commits calls publish_all instead)."""
+    calls: list[tuple[str, int | None]] = []
+    hub = store.live_hub()
+    publish = hub.publish
+
+    def record(instance_id: str, seq: int | None = None) -> None:
+        calls.append((instance_id, seq))
+        publish(instance_id, seq)
+
+    hub.publish = record  # type: ignore[method-assign]
+    return calls
+
+
+def temp_triggers(store: SQLiteStore) -> list[str]:
+    with store._write() as conn:
+        rows = conn.execute("SELECT name FROM sqlite_temp_master WHERE type = 'trigger'")
+        return [r[0] for r in rows.fetchall()]
+
+
+def test_no_note_before_a_subscription_then_every_commit_with_its_seq(
+    store: SQLiteStore,
+) -> None:
+    calls = published(store)
+    client = Client(store, [Once])
+    before = client.start(Once, In())
+    assert calls == []  # nobody watches: no event was noted
+    assert temp_triggers(store) == []
+
+    loop = asyncio.new_event_loop()
+    try:
+        sub = store.live_hub().subscribe(before, loop)
+        try:
+            assert temp_triggers(store) == ["swf_live_note"]
+            after = client.start(Once, In())
+            (created,) = store.events(after)
+            assert calls == [(after, created.seq)]  # the commit, with its event's seq
+            # A commit of the watched instance wakes its subscriber.
+            client.cancel(before)
+            last = store.events(before)[-1]
+            assert calls[-1] == (before, last.seq)
+            loop.run_until_complete(asyncio.wait_for(sub.event.wait(), 5))
+        finally:
+            sub.close()
+    finally:
+        loop.close()
+    # A second subscription (after the first left) finds the trigger there and keeps it.
+    loop = asyncio.new_event_loop()
+    try:
+        sub = store.live_hub().subscribe(before, loop)
+        sub.close()
+    finally:
+        loop.close()
+    assert temp_triggers(store) == ["swf_live_note"]
+
+
+def test_writes_racing_the_first_subscription_are_committed_or_noted(
+    store: SQLiteStore,
+) -> None:
+    # Writers keep committing while a subscription is made: each write either committed
+    # before subscribe() returned (so a first read sees it) or was noted after it.
+    calls = published(store)
+    client = Client(store, [Once])
+    stop = threading.Event()
+    started: list[str] = []
+
+    def write() -> None:
+        while not stop.is_set():
+            started.append(client.start(Once, In()))
+
+    threads = [threading.Thread(target=write) for _ in range(3)]
+    for t in threads:
+        t.start()
+    loop = asyncio.new_event_loop()
+    try:
+        while len(started) < 20:
+            stop.wait(0.001)
+        sub = store.live_hub().subscribe(started[0], loop)
+        seen = {r.id for r in store.list_instances(limit=100_000)}  # the subscriber's first read
+        while len(calls) < 20:
+            stop.wait(0.001)
+        stop.set()
+        for t in threads:
+            t.join(10)
+        sub.close()
+    finally:
+        stop.set()
+        loop.close()
+    noted = {instance_id for instance_id, _ in calls}
+    assert set(started) <= seen | noted
+    assert all(seq is not None for _, seq in calls)
