@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -31,11 +29,8 @@ class Once(Workflow[In, In]):
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    s = SQLiteStore(str(tmp_path / "swf.db"))
-    s.migrate()
-    yield s
-    s.close()
+def store(sqlite_store: SQLiteStore) -> SQLiteStore:
+    return sqlite_store  # tests/plugins/stores.py: a migrated store on tmp_path/swf.db
 
 
 def published(store: SQLiteStore) -> list[tuple[str, int | None]]:

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,8 @@ from statemachine_wf.stores.sqlite import SQLiteStore
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    s = SQLiteStore(str(tmp_path / "swf.db"))
-    s.migrate()
-    yield s
-    s.close()
+def store(sqlite_store: SQLiteStore) -> SQLiteStore:
+    return sqlite_store  # tests/plugins/stores.py: a migrated store on tmp_path/swf.db
 
 
 def held(lock_file: str) -> bool:
