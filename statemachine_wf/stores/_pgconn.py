@@ -44,7 +44,8 @@ from ._pglive import LiveListener  # needs psycopg: after the check above
 log = logging.getLogger("statemachine_wf.postgres")
 # Sent without their whole-line comments: a decision's statement is under psycopg's 4 KiB
 # limit then, so its parsed form is cached instead of re-parsed on every execution
-# (bench/README.md, "PostgreSQL: the statements sent without their comments").
+# (bench/README.md, "Encoding once, a SQLite tail without its SELECT, PostgreSQL without
+# comments").
 Q = {name: without_comment_lines(text) for name, text in queries("postgres").items()}
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MAX_SCHEMA = 63 - len("swf_wake_")
