@@ -22,6 +22,7 @@ import logging
 import os
 import queue
 import threading
+import weakref
 from contextlib import suppress
 
 from ..errors import StoreError
@@ -65,10 +66,12 @@ class WriterQueue:
         self.path = f"{database}-swf.lock"
         self.timeout = timeout
         self._fd: int | None = None
-        self._pid = 0  # the process that opened _fd: a forked child opens its own
         self._off = fcntl is None or database in ("", ":memory:")
         self._turns: queue.SimpleQueue[_Turn] | None = None  # the waiter thread's
         self._turns_lock = threading.Lock()
+        if not self._off:
+            ref = weakref.ref(self)  # the hook must not keep the store alive
+            os.register_at_fork(after_in_child=lambda: _in_child(ref))
 
     def take(self) -> None:
         fd = self._open()
@@ -96,24 +99,33 @@ class WriterQueue:
         )
 
     def give(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
+        if self._fd is not None:
             with suppress(OSError):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         fd, self._fd = self._fd, None
-        if fd is not None and self._pid == os.getpid():
+        if fd is not None:
             os.close(fd)  # gives the lock back, if held
+
+    def forked(self) -> None:
+        """In a child, right after ``fork``: let go of the parent's descriptor.
+
+        It shares the parent's open file description, and with it the parent's lock: kept
+        open, it would keep the lock of a parent killed mid-write held for as long as the
+        child lives. Closing it does not release the lock while the parent holds its own.
+        The waiter thread and its lock are the parent's too. The child opens its own on
+        its first write.
+        """
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with suppress(OSError):
+                os.close(fd)
+        self._turns, self._turns_lock = None, threading.Lock()
 
     def _open(self) -> int | None:
         if self._off:
             return None
-        if self._pid != os.getpid():
-            # First use, or a child forked from a process that had the file open: the
-            # inherited descriptor shares the parent's open file description, and with it
-            # the parent's lock; the waiter thread and its lock are the parent's too.
-            self._fd, self._turns, self._turns_lock = None, None, threading.Lock()
-            self._pid = os.getpid()
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
@@ -164,3 +176,9 @@ class WriterQueue:
     def _give_up(self, exc: OSError) -> None:
         self._off = True
         log.info("sqlite: writers queue on the busy handler alone (%s: %s)", self.path, exc)
+
+
+def _in_child(ref: weakref.ref[WriterQueue]) -> None:
+    queue = ref()
+    if queue is not None:
+        queue.forked()

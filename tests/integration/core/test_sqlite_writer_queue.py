@@ -157,11 +157,12 @@ def test_a_forked_child_takes_its_own_lock(tmp_path: Path) -> None:
     queue = WriterQueue(str(tmp_path / "f.db"), 30)
     queue.take()
     pid = os.fork()
-    if pid == 0:  # the child: the inherited descriptor shares the parent's lock
+    if pid == 0:  # the child: the inherited descriptor (the parent's lock) is let go
         code = 1
         try:
+            gone = queue._fd is None
             fd = queue._open()
-            code = 0 if fd is not None and held(queue.path) and queue._pid == os.getpid() else 2
+            code = 0 if gone and fd is not None and held(queue.path) else 2
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
@@ -169,6 +170,38 @@ def test_a_forked_child_takes_its_own_lock(tmp_path: Path) -> None:
     queue.give()
     assert not held(queue.path)
     queue.close()
+
+
+def test_a_holder_killed_mid_write_leaves_the_file_free_though_its_child_lives(
+    tmp_path: Path,
+) -> None:
+    # A child forked while the parent held the lock inherits a descriptor of the same open
+    # file description: kept open, it would hold a killed parent's lock for its own life.
+    db = str(tmp_path / "c.db")
+    script = (
+        "import os, sys, time; from statemachine_wf.stores._filelock import WriterQueue as W\n"
+        "q = W(sys.argv[1], 30); q.take()\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    time.sleep(60); os._exit(0)\n"
+        "print(child, flush=True); time.sleep(60)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script, db], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        child = 0
+        try:
+            assert holder.stdout is not None
+            child = int(holder.stdout.readline())
+            assert held(db + "-swf.lock")
+            holder.send_signal(signal.SIGKILL)
+            assert holder.wait(timeout=10) == -signal.SIGKILL
+            os.kill(child, 0)  # the child still lives
+            assert not held(db + "-swf.lock")
+        finally:
+            holder.kill()
+            if child:
+                os.kill(child, signal.SIGKILL)
 
 
 def test_a_contended_take_waits_in_a_thread_that_ends_when_idle(
