@@ -181,10 +181,9 @@ def test_a_holder_killed_mid_write_leaves_the_file_free_though_its_child_lives(
     script = (
         "import os, sys, time; from statemachine_wf.stores._filelock import WriterQueue as W\n"
         "q = W(sys.argv[1], 30); q.take()\n"
-        "child = os.fork()\n"
-        "if child == 0:\n"
-        "    time.sleep(60); os._exit(0)\n"
-        "print(child, flush=True); time.sleep(60)\n"
+        "if os.fork() == 0:\n"  # the child speaks once it runs (past the fork hooks)
+        "    print(os.getpid(), flush=True); time.sleep(60); os._exit(0)\n"
+        "time.sleep(60)\n"
     )
     with subprocess.Popen(
         [sys.executable, "-c", script, db], stdout=subprocess.PIPE, text=True
