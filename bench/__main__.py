@@ -132,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     paging.add_argument("--repeat", type=int, default=21)
     paging.add_argument("--stores", default="pg,sqlite")
 
-    scale = sub.add_parser("claimscale", help="claims/s and next_due against the due backlog")
+    scale = sub.add_parser(
+        "claimscale", help="claims/s, next_due and the heartbeat against the due backlog"
+    )
     scale.add_argument("--backlogs", default="100,10000,100000")
     scale.add_argument("--stores", default="sqlite,pg")
     scale.add_argument("--claims", type=int, default=300)
