@@ -499,6 +499,12 @@ SELECT :id AS id WHERE changes() = 1;
 -- a later heartbeat or hand-back by that token touches only them (the lease fencing) -
 -- with the node's next try; then each one's NODE_STARTED (once: a duplicate is ignored);
 -- then the leased rows, and whether another node task is due (to wake one more worker).
+-- Among tasks of one priority, those of an instance no runner holds a lease on come first:
+-- each commit on an instance is a CAS on its version, and a runner in another process
+-- commits on a view its own commits did not update, so several processes' workers on one
+-- fan-out lost about two CASes per node (a read and a commit again each). The pick looks
+-- :limit + 128 tasks down the index for one, so a fan-out's hundred branches do not hide
+-- the next instance (bench/README.md, "DAG claims: an idle instance first").
 UPDATE wf_tasks
 SET lease_owner = :worker, lease_token = :token, due_at = :now + :lease,
     attempt = attempt + 1, in_flight = 1
@@ -506,8 +512,13 @@ WHERE id IN (SELECT t2.id FROM json_each(:types) AS j CROSS JOIN wf_tasks AS t2
              WHERE t2.id IN (  -- per type, as claim's pick: an index walk, no sort
                  SELECT w.id FROM wf_tasks AS w INDEXED BY wf_tasks_type_pick
                  WHERE w.type = j.value AND w.due_at <= :now AND w.kind = 'dag'
-                 ORDER BY w.priority, w.due_at LIMIT :limit)
-             ORDER BY t2.priority, t2.due_at LIMIT :limit);
+                 ORDER BY w.priority, w.due_at LIMIT :limit + 128)
+             ORDER BY t2.priority,
+                      EXISTS (SELECT 1 FROM wf_tasks AS s INDEXED BY wf_tasks_leased
+                              WHERE s.lease_owner IS NOT NULL AND s.due_at > :now
+                                AND s.instance_id = t2.instance_id),
+                      t2.due_at
+             LIMIT :limit);
 INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, worker,
                                  created_at)
 SELECT instance_id, slot, 'NODE_STARTED', attempt, json_object('failures', failures), :worker,
