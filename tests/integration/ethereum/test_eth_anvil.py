@@ -107,6 +107,8 @@ def test_submit_work_round_trip_with_confirmations(
         eth_client, eth_signer, deployed_contract, "submitWork", STUDIO, 1, DATA_HASH, "ar://x"
     )
     assert eth_client.send_raw(signed) == signed.tx_hash
+    # anvil's automine mines the transaction just after the call returns, not during it.
+    assert eth_client.wait(signed.tx_hash).kind == "confirmed"  # 1 deep, in its own block
     status = eth_client.receipt_status(signed.tx_hash, confirmations=3)
     assert (status.kind, status.confirmations, status.receipt_status) == ("pending", 1, 1)
     rpc(eth_client, "anvil_mine", 2)
@@ -124,7 +126,8 @@ def test_safe_and_finalized_rules(
     eth_client: EthereumClient, eth_signer: LocalSigner, deployed_contract: Contract
 ) -> None:
     _, signed = sign_call(eth_client, eth_signer, deployed_contract, "closeEpoch", STUDIO, 1)
-    eth_client.send_raw(signed)
+    # anvil's automine mines it just after the call returns: wait for that block.
+    assert eth_client.wait(eth_client.send_raw(signed)).kind == "confirmed"
     assert eth_client.receipt_status(signed.tx_hash).kind == "confirmed"
     assert eth_client.receipt_status(signed.tx_hash, confirmations="safe").kind == "pending"
     # anvil: safe = head - 32, finalized = head - 64.
@@ -186,7 +189,7 @@ def test_revert_reason_by_replay_when_debug_trace_is_unavailable(
     _, signed = sign_call(
         eth_client, eth_signer, deployed_contract, "closeEpoch", STUDIO, 1, gas=100_000
     )
-    eth_client.send_raw(signed)
+    eth_client.wait(eth_client.send_raw(signed))  # mined (reverted) just after the call
     mined_in = eth_client.w3.eth.get_transaction_receipt(signed.tx_hash)["blockNumber"]  # type: ignore[arg-type]
     real = eth_client.w3.provider.make_request
     calls: list[str] = []
@@ -301,7 +304,7 @@ def test_reorg_makes_a_confirmed_receipt_disappear(
     _, signed = sign_call(
         eth_client, eth_signer, deployed_contract, "submitWork", STUDIO, 1, DATA_HASH, "e"
     )
-    eth_client.send_raw(signed)
+    eth_client.wait(eth_client.send_raw(signed))  # automine: its own block, then two more
     rpc(eth_client, "anvil_mine", 2)
     assert eth_client.receipt_status(signed.tx_hash, confirmations=3).kind == "confirmed"
     assert rpc(eth_client, "evm_revert", snapshot) is True
