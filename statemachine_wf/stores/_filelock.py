@@ -70,8 +70,7 @@ class WriterQueue:
         self._turns: queue.SimpleQueue[_Turn] | None = None  # the waiter thread's
         self._turns_lock = threading.Lock()
         if not self._off:
-            ref = weakref.ref(self)  # the hook must not keep the store alive
-            os.register_at_fork(after_in_child=lambda: _in_child(ref))
+            _OPEN.add(self)  # weakly: a forked child lets go of its descriptor
 
     def take(self) -> None:
         fd = self._open()
@@ -178,7 +177,15 @@ class WriterQueue:
         log.info("sqlite: writers queue on the busy handler alone (%s: %s)", self.path, exc)
 
 
-def _in_child(ref: weakref.ref[WriterQueue]) -> None:
-    queue = ref()
-    if queue is not None:
-        queue.forked()
+_OPEN: weakref.WeakSet[WriterQueue] = weakref.WeakSet()
+"""Every live queue of this process, for the one at-fork hook below (a hook per queue
+would pile up for the life of the process: there is no unregistering one)."""
+
+
+def _after_fork_in_child() -> None:
+    for writers in list(_OPEN):
+        writers.forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 
 from statemachine_wf.stores._sql import queries
 from statemachine_wf.stores._sqliteconn import _SCRIPTS
@@ -52,10 +53,6 @@ def _fill_sqlite(path: str) -> None:
     conn.close()
 
 
-def _leases(rows: list[Any]) -> dict[str, float]:
-    return {str(owner): float(due) for owner, due in rows}
-
-
 def test_sqlite_heartbeat_extends_its_own_leases_off_the_leased_index(
     sqlite_store: SQLiteStore, sqlite_path: str
 ) -> None:
@@ -89,6 +86,7 @@ def test_sqlite_heartbeat_extends_its_own_leases_off_the_leased_index(
     conn.close()
 
 
+@pytest.mark.postgres
 def test_postgres_heartbeat_extends_its_own_leases_off_the_leased_index(
     pg_store: PostgresStore, pg_dsn: str, pg_schema: str
 ) -> None:
