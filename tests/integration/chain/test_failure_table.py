@@ -149,7 +149,9 @@ class Interloper(EthereumClient):
             other = self.build_transaction(
                 sender=self.signer.address, to=STUDIO, data="0x", value=1, nonce=nonce
             )
-            super().send_raw(self.signer.sign_transaction(other))
+            # anvil's automine mines it just after the call returns: wait for that block,
+            # or ours meets it still pending ("replacement underpriced", not "nonce too low").
+            self.wait(super().send_raw(self.signer.sign_transaction(other)))
         return super().send_raw(raw)
 
 
