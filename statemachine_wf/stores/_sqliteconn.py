@@ -136,7 +136,9 @@ class SQLiteConnections(SqlStore):
         self._closed = threading.Event()
         self._migrated = False
         self._noting = False  # the write connection notes appended events (_start_live)
-        self._live = LiveHub(start=self._start_live, register=self._live_watch)
+        self._live = LiveHub(
+            start=self._start_live, stop=self._stop_live, register=self._live_watch
+        )
 
     # -- connections ------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
@@ -315,6 +317,22 @@ class SQLiteConnections(SqlStore):
                 "main.wf_events BEGIN SELECT swf_live_note(NEW.instance_id, NEW.seq); END"
             )
         self._noting = True
+
+    def _stop_live(self) -> None:
+        """The last live subscription left: the trigger goes, and with it the call into
+        Python per event. Dropped in a write of its own, as it was made; the hub calls
+        this and ``_start_live`` under one lock, so a subscriber arriving meanwhile makes
+        it again after this. If the drop fails (the database is unavailable, say) the trigger
+        stays, noting events nobody reads: it costs time, never an event."""
+        if not self._noting or self._closed.is_set():
+            return
+        try:
+            with self._write() as conn:
+                conn.execute("DROP TRIGGER IF EXISTS temp.swf_live_note")
+        except StoreError as exc:
+            log.debug("live note trigger kept: %s", exc)
+            return
+        self._noting = False
 
     def _note(self, instance_id: str, seq: int) -> None:
         self._appended[instance_id] = seq  # published after the COMMIT (see _commit)

@@ -2,7 +2,7 @@
 the write connection that notes each appended event. The trigger is made by the first
 live subscription, not with the connection: a process nobody watches pays no call from
 SQLite into Python per event, and a watcher still hears of every commit after it
-subscribed, with the event's seq."""
+subscribed, with the event's seq. The last subscriber to leave drops it again."""
 
 from __future__ import annotations
 
@@ -80,14 +80,25 @@ def test_no_note_before_a_subscription_then_every_commit_with_its_seq(
             sub.close()
     finally:
         loop.close()
-    # A second subscription (after the first left) finds the trigger there and keeps it.
+    # The last subscriber left: the trigger went with it, and nothing more is noted.
+    assert temp_triggers(store) == []
+    noted = len(calls)
+    client.start(Once, In())
+    assert len(calls) == noted
+    # A second subscription makes it again, and is told of every commit after it.
     loop = asyncio.new_event_loop()
     try:
-        sub = store.live_hub().subscribe(before, loop)
-        sub.close()
+        first = store.live_hub().subscribe(before, loop)
+        second = store.live_hub().subscribe(before, loop)
+        assert temp_triggers(store) == ["swf_live_note"]
+        first.close()
+        assert temp_triggers(store) == ["swf_live_note"]  # one subscriber is still there
+        again = client.start(Once, In())
+        assert calls[-1] == (again, store.events(again)[-1].seq)
+        second.close()
     finally:
         loop.close()
-    assert temp_triggers(store) == ["swf_live_note"]
+    assert temp_triggers(store) == []
 
 
 def test_writes_racing_the_first_subscription_are_committed_or_noted(
