@@ -68,7 +68,7 @@ class ChargeWithoutWriteAhead(Order):
     workflow_type = "broken.order.v1"
 
     @step(initial=True, to="ship")
-    def charge(self, ctx: StepContext[Any, Any]) -> None:  # type: ignore[override]
+    def charge(self, ctx: StepContext[Any, Any]) -> None:
         charge_id = f"ch_{ctx.input.order_id}_{ctx.attempt}"
         self.bank.intents[charge_id] = ctx.input.amount
         self.bank.capture(charge_id)
@@ -168,6 +168,6 @@ def test_a_store_that_breaks_a_guarantee_is_caught(wrapper: type[Wrapper], messa
         check_workflow(
             Order,
             dependencies=order_world,
-            store=lambda path: wrapper(sqlite_store(path)),  # type: ignore[arg-type,return-value]
+            store=lambda path: wrapper(sqlite_store(path)),
             settings=FAST,
         )

@@ -19,7 +19,7 @@ from .workflows import (
 
 
 class TestOrder(
-    WorkflowStateMachine.for_workflow(
+    WorkflowStateMachine.for_workflow(  # type: ignore[misc]  # a class made at run time
         Order,
         inputs=from_model(OrderInput),
         dependencies=order_world,
@@ -33,7 +33,7 @@ TestOrderCase = TestOrder.TestCase
 
 
 class TestTransfer(
-    WorkflowStateMachine.for_workflow(
+    WorkflowStateMachine.for_workflow(  # type: ignore[misc]  # a class made at run time
         Transfer,
         inputs=from_model(TransferInput, amount=st.integers(1, 5)),
         dependencies=transfer_world,

@@ -67,7 +67,7 @@ def test_a_backlog_runs_on_one_claim_each_step_started_once(store: Store) -> Non
     ids = [client.start(Two, In(n=n)) for n in range(6)]
     counting = Counting(store)
     Runner(
-        counting,  # type: ignore[arg-type]
+        counting,
         [Two],
         options=RunnerOptions(concurrency=1, idle_poll=0.2, reconcile_on_start=False),
     ).run_until_idle(timeout=30)
@@ -102,7 +102,7 @@ def test_a_stopping_runner_claims_nothing_in_its_last_finish(store: Store) -> No
     first = client.start(Held, In(n=0))
     counting = Counting(store)
     runner = Runner(
-        counting,  # type: ignore[arg-type]
+        counting,
         [Held],
         options=RunnerOptions(concurrency=1, idle_poll=0.2, reconcile_on_start=False),
     )

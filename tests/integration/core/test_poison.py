@@ -161,7 +161,7 @@ def test_value_problem_names_the_path_and_the_problem() -> None:
 
 
 def test_both_stores_encode_through_one_check_with_one_error() -> None:
-    from statemachine_wf.stores.postgres import _jsonb
+    from statemachine_wf.stores._pgconn import _jsonb  # what PostgresStore encodes with
 
     for bad in ({"s": "a\x00"}, {"s": "\udc80"}, {"f": float("nan")}, nested(90)):
         with pytest.raises(DataRejected) as sqlite_side:

@@ -42,7 +42,7 @@ class FlakyWrites(SQLiteStore):
 
     def _run_decision(
         self, conn: sqlite3.Connection, names: Sequence[str], params: dict[str, Any]
-    ) -> sqlite3.Row | None:
+    ) -> sqlite3.Row | dict[str, int] | None:
         if self.failures and Ev.STEP_COMPLETED in params["events"]:  # the events' JSON
             self.failures -= 1
             conn.execute("SELECT swf_no_such_function()")  # sqlite3.OperationalError

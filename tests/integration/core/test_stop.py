@@ -52,7 +52,7 @@ class _LateSleeper:
 def test_stop_wakes_a_worker_that_fell_asleep_after_the_wake_up(store: Store) -> None:
     late = _LateSleeper(store)
     runner = Runner(
-        late,  # type: ignore[arg-type]
+        late,
         [Idle],
         options=RunnerOptions(concurrency=1, idle_poll=3600.0, reconcile_on_start=False),
     )

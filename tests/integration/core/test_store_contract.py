@@ -10,7 +10,7 @@ from statemachine_wf import ConcurrencyConflict, Status
 from statemachine_wf.core import decide
 from statemachine_wf.core.fold import fold
 from statemachine_wf.core.store import Commit, NewInstance, Store
-from statemachine_wf.definition.events import Ev
+from statemachine_wf.definition.events import Ev, NewEvent
 
 
 def new(
@@ -102,7 +102,7 @@ def test_duplicate_once_per_attempt_event_is_refused(store: Store) -> None:
     assert rec is not None
     # A second STEP_STARTED for attempt 1 (a duplicate delivery) under a current version.
     dup = decide.Decision(
-        (decide.NewEvent(Ev.STEP_STARTED, "first", 1),),
+        (NewEvent(Ev.STEP_STARTED, "first", 1),),
         rec.projection(in_flight=True),
         decide.KeepTask(),
     )

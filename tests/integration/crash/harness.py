@@ -8,6 +8,7 @@ that the test and its child processes open the same ones. :class:`Children` star
 
 from __future__ import annotations
 
+import io
 import select
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from statemachine_wf.client.machine import Client
 from statemachine_wf.core.store import Store
@@ -149,7 +150,8 @@ class Children:
                 raise AssertionError(f"{worker_id} did not start:\n{self.log_tail(proc)}")
             ready, _, _ = select.select([proc.stdout], [], [], min(left, 0.2))
             if ready:
-                line += proc.stdout.read1(4096)
+                # PIPE with the default buffering: a BufferedReader (typeshed says IO[bytes]).
+                line += cast(io.BufferedReader, proc.stdout).read1(4096)
         assert line.startswith(b"READY"), line
         return proc
 

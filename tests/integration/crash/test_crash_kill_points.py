@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
 from collections.abc import Iterator
+from typing import TypedDict
 
 import pytest
 
@@ -28,8 +30,16 @@ from .workflows import Ledger, Ledgered
 
 N = 12
 
+
+class KillAt(TypedDict, total=False):
+    """Where a runner child kills itself: its ``--kill`` or its ``--chaos``."""
+
+    kill: str
+    chaos: str
+
+
 # (name, --kill or --chaos, whether the killed thread's own step must run again)
-KILL_POINTS = [
+KILL_POINTS: list[tuple[str, KillAt, bool]] = [
     ("before_claim", {"kill": "claim:before:4"}, False),
     ("after_claim", {"kill": "claim:after:3"}, False),
     ("mid_action_after_save", {"chaos": "after_save:4"}, True),
@@ -64,7 +74,7 @@ def test_sigkill_then_restart_completes_each_step_once(
     target: Target,
     opened: tuple[Store, Ledger],
     point: str,
-    how: dict[str, str],
+    how: KillAt,
     reruns: bool,
     restart: str,
 ) -> None:
@@ -115,10 +125,14 @@ def test_repeated_crashes_during_recovery_still_complete_each_step_once(
         for _ in range(8):
             point = rng.choice([*points, "after_save", "after_effect"])
             spec = f"{point}:{rng.randint(1, 3)}"
-            how = {"kill": spec} if point in points else {"chaos": spec}
+            how: KillAt = {"kill": spec} if point in points else {"chaos": spec}
             proc = kids.spawn("storm", lease=30.0, **how)
+
+            def died_or_done(p: subprocess.Popen[bytes] = proc) -> bool:
+                return p.poll() is not None or count_completed(store, ids) == N
+
             poll_until(
-                lambda p=proc: p.poll() is not None or count_completed(store, ids) == N,
+                died_or_done,
                 timeout=20,
                 what=f"the runner to die at {spec} or finish",
             )

@@ -79,7 +79,7 @@ def killing_store(base: type[Any], switch: KillSwitch, outage: float = 0.0) -> t
     """
     outage_until: list[float] = []
 
-    class KillingStore(base):  # type: ignore[misc,valid-type]
+    class KillingStore(base):  # type: ignore[misc]
         def heartbeat(self, **kwargs: Any) -> int:
             if outage_until and time.monotonic() < outage_until[0]:
                 raise StoreError("injected heartbeat outage")

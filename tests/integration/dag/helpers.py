@@ -203,7 +203,7 @@ def diamond(join: str = "all", key: str = "") -> DagDefinition:
     py(b, "a", "tag", name="a", key=key)
     py(b, "l", "tag", name="l", key=key)
     py(b, "r", "tag", name="r", key=key)
-    py(b, "d", "tag", name="d", key=key, join=join)  # type: ignore[arg-type]
+    py(b, "d", "tag", name="d", key=key, join=join)
     b.node("e", "end", outputs={"d": "{{ctx.d}}"})
     b.chain("s", "a", "l", "d", "e")
     b.chain("a", "r", "d")

@@ -68,7 +68,7 @@ def test_a_lost_cas_rereads_the_tail_and_joins_once(store: Store) -> None:
     client = DagClient(store)
     iid = client.start(h.diamond("all"), {})
     spy = _Spy(store)
-    mine = DagExecutor(spy, h.registry, worker="a", loop=asyncio.new_event_loop)  # type: ignore[arg-type]
+    mine = DagExecutor(spy, h.registry, worker="a", loop=asyncio.new_event_loop)
     other = DagExecutor(store, h.registry, worker="b", loop=asyncio.new_event_loop)
     graph = LogView.of(store.events(iid)).graph()
 
@@ -146,7 +146,7 @@ def test_one_runner_reads_an_instance_once_and_folds_in_its_own_commits(store: S
     client = DagClient(store)
     ids = [client.start(h.fan_out(8), {"x": 1}), client.start(h.linear(5), {"x": 1})]
     runner = Runner(
-        counting,  # type: ignore[arg-type]
+        counting,
         [],
         dags=h.registry,
         options=RunnerOptions(concurrency=2, idle_poll=0.2),
@@ -224,7 +224,7 @@ def test_the_instances_of_one_definition_share_one_parsed_graph(
     from statemachine_wf.runtime import dag_cache
 
     parses: list[str] = []
-    real_check = dag_interpret.check
+    real_check = dag_interpret.check  # type: ignore[attr-defined]  # its import, patched below
 
     def counting(definition: Any) -> Any:
         parses.append(definition.name)
@@ -278,4 +278,5 @@ def test_the_parsed_graphs_are_bounded(store: Store, monkeypatch: Any) -> None:
     cache.read(entry, ids[0])
     assert entry.graph is not graphs[0]
     assert entry.graph is not None
+    assert graphs[0] is not None
     assert set(entry.graph.nodes) == set(graphs[0].nodes)

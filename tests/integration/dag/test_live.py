@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -234,7 +235,7 @@ def runner_process(url: str, schema: str, tmp_path: Path) -> Iterator[None]:
 def test_watching_nothing_or_a_deleted_run_is_an_error(store: Store) -> None:
     dags = DagClient(store)
 
-    async def first(iid: str, **kw: float) -> Update:
+    async def first(iid: str, **kw: Any) -> Update:
         async for update in watch(store, iid, **kw):
             return update
         raise AssertionError("no update")

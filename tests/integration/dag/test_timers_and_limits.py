@@ -103,7 +103,7 @@ def retried_condition() -> DagDefinition:
 def flaky_evaluate(monkeypatch: pytest.MonkeyPatch, failures: int | None) -> list[int]:
     """Make the evaluator raise SystemError (as the 3.11 parser race did) ``failures``
     times (None: always)."""
-    real = dag_handlers.evaluate
+    real = dag_handlers.evaluate  # type: ignore[attr-defined]  # its import, patched below
     calls: list[int] = []
 
     def evaluate(*args: Any, **kwargs: Any) -> Any:

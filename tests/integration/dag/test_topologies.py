@@ -13,13 +13,16 @@ from collections import Counter
 import pytest
 
 from statemachine_wf import Status, Store
+from statemachine_wf.core.store import InstanceRecord
 from statemachine_wf.dag import DagClient, DagDefinition
 from statemachine_wf.definition.events import Ev
 
 from . import helpers as h
 
 
-def run(store: Store, definition: DagDefinition, data: dict[str, object], *, timeout: float = 30.0):
+def run(
+    store: Store, definition: DagDefinition, data: dict[str, object], *, timeout: float = 30.0
+) -> tuple[DagClient, str, InstanceRecord]:
     client = DagClient(store)
     with h.running(store):
         iid = client.start(definition, data)

@@ -26,6 +26,7 @@ from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 from statemachine_wf import Client, Runner, RunnerOptions, Status, Store
@@ -142,6 +143,13 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
             os.kill(proc.pid, signal.SIGKILL)
 
 
+def _class_of(element: WebElement) -> str:
+    """Its ``class`` attribute (``get_attribute`` is typed ``str | None``)."""
+    value = element.get_attribute("class")
+    assert value is not None
+    return value
+
+
 def _shot(browser: webdriver.Chrome, name: str) -> None:
     path = SHOTS / f"{name}.png"
     browser.save_screenshot(str(path))
@@ -185,18 +193,18 @@ def test_pages_load_and_the_dag_page_updates_while_a_runner_works(
     assert len(browser.find_elements(By.CSS_SELECTOR, "#instances tbody a")) == 6
     browser.get(dashboard + f"/instances/{dag_id}")
     node = 'g[data-node="a"]'
-    assert "completed" not in browser.find_element(By.CSS_SELECTOR, node).get_attribute("class")
+    assert "completed" not in _class_of(browser.find_element(By.CSS_SELECTOR, node))
     gate.clear()
     runner = Runner(store, [], dags=registry, options=RunnerOptions(concurrency=2, idle_poll=0.2))
     runner.start()
     try:
         WebDriverWait(browser, 20, ignored_exceptions=PAGE_CHANGING).until(
-            lambda d: "running" in d.find_element(By.CSS_SELECTOR, node).get_attribute("class")
+            lambda d: "running" in _class_of(d.find_element(By.CSS_SELECTOR, node))
         )
         _shot(browser, "dag-running")
         gate.set()
         WebDriverWait(browser, 20, ignored_exceptions=PAGE_CHANGING).until(
-            lambda d: "completed" in d.find_element(By.CSS_SELECTOR, node).get_attribute("class")
+            lambda d: "completed" in _class_of(d.find_element(By.CSS_SELECTOR, node))
         )
         WebDriverWait(browser, 20, ignored_exceptions=PAGE_CHANGING).until(
             lambda d: d.find_element(By.ID, "status").text == "COMPLETED"

@@ -36,7 +36,7 @@ def test_runtime_records_carry_the_attempt(store: Store, caplog: pytest.LogCaptu
     assert {r.instance_id for r in about} == {iid}  # type: ignore[attr-defined]
     started = [r for r in runtime if "started:" in r.getMessage()]
     assert started
-    assert started[0].instance_id is None
+    assert started[0].instance_id is None  # type: ignore[attr-defined]
 
 
 def test_the_json_formatter_writes_the_fields_and_redacts() -> None:
@@ -50,7 +50,7 @@ def test_the_json_formatter_writes_the_fields_and_redacts() -> None:
         ("postgresql://u:s3cret@h/db",),
         None,
     )
-    with observe.Observer().step(_Rec("i-1", "t.v1"), "charge", 2, {"charge": 2}):
+    with observe.Observer().step(_Rec("i-1", "t.v1"), "charge", 2, {"charge": 2}):  # type: ignore[arg-type]
         line = json.loads(fmt.format(record))
     assert line["instance_id"] == "i-1"
     assert (line["type"], line["step"], line["attempt"]) == ("t.v1", "charge", 2)

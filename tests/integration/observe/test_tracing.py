@@ -7,10 +7,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Protocol, cast
 
 from opentelemetry import trace
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanContext, StatusCode
 
 from statemachine_wf import Client, Runner, Status, Store
 from statemachine_wf.dag import DagClient
@@ -22,8 +24,25 @@ from .tracing import EXPORTER
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _step_spans() -> list[object]:
-    return [s for s in EXPORTER.get_finished_spans() if s.name.startswith(("step ", "node "))]
+class _Span(Protocol):
+    """What these tests read of a finished span: the SDK's ``ReadableSpan``, whose
+    ``attributes`` is typed ``Mapping | None`` though it is always a mapping."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def attributes(self) -> Mapping[str, Any]: ...
+    @property
+    def context(self) -> SpanContext: ...
+    @property
+    def parent(self) -> SpanContext | None: ...
+    @property
+    def status(self) -> trace.Status: ...
+
+
+def _step_spans() -> list[_Span]:
+    spans = [s for s in EXPORTER.get_finished_spans() if s.name.startswith(("step ", "node "))]
+    return cast("list[_Span]", spans)
 
 
 def test_each_step_attempt_is_a_child_of_the_starters_span(store: Store) -> None:

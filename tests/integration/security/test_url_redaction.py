@@ -37,6 +37,7 @@ from statemachine_wf.adapters.ethereum.client import EthereumClient
 from statemachine_wf.adapters.ethereum.errors import RpcUnavailable
 from statemachine_wf.definition.workflow import ErrorMap
 from statemachine_wf.stores import open_store
+from statemachine_wf.stores.sqlite import SQLiteStore
 
 SECRETS = ("PATHKEY7f3a9c", "QUERYKEY2b8d41", "PASSWD9e5c77")
 
@@ -86,6 +87,7 @@ def leaks_in_tables(store: Store) -> list[tuple[str, str]]:
     """``(table, column)`` of every text-readable column that holds a secret."""
     found: list[tuple[str, str]] = []
     if store.dialect == "sqlite":
+        assert isinstance(store, SQLiteStore)
         conn = sqlite3.connect(store.path)
         try:
             tables = [
@@ -107,9 +109,12 @@ def leaks_in_tables(store: Store) -> list[tuple[str, str]]:
     import psycopg
     from psycopg import sql
 
+    from statemachine_wf.stores.postgres import PostgresStore
+
+    assert isinstance(store, PostgresStore)
     schema = store.schema
-    with psycopg.connect(store.url, autocommit=True) as conn:
-        cols = conn.execute(
+    with psycopg.connect(store.url, autocommit=True) as pg:
+        cols = pg.execute(
             "SELECT c.table_name, c.column_name FROM information_schema.columns c"
             " JOIN information_schema.tables t USING (table_schema, table_name)"
             " WHERE c.table_schema = %s AND t.table_type = 'BASE TABLE'",
@@ -120,7 +125,7 @@ def leaks_in_tables(store: Store) -> list[tuple[str, str]]:
                 query = sql.SQL("SELECT count(*) FROM {}.{} WHERE {}::text LIKE %s").format(
                     sql.Identifier(schema), sql.Identifier(table), sql.Identifier(col)
                 )
-                row = conn.execute(query, (f"%{secret}%",)).fetchone()
+                row = pg.execute(query, (f"%{secret}%",)).fetchone()
                 if row and row[0]:
                     found.append((table, col))
     return found

@@ -94,4 +94,4 @@ class Sleeper(Workflow[SleepIn, SleepPr]):
             HOLD.wait(timeout=60)
 
 
-WORKFLOWS = [Approval, Sleeper]
+WORKFLOWS: list[type[Workflow[Any, Any]]] = [Approval, Sleeper]

@@ -99,7 +99,7 @@ def test_two_runner_processes_keep_one_treasury_transaction_in_flight(
         eth=eth,
         treasury=treasury,
         token=eth.contract(token, artifact.abi),
-        store=store,  # type: ignore[arg-type]
+        store=store,
         client=client,
         settings=settings_for(token, treasury.address),
         db_url=url,

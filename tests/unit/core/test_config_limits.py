@@ -7,6 +7,8 @@ True that the variable refused; and the two paths said it in different words.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from statemachine_wf import Config
@@ -29,11 +31,13 @@ def test_the_floor_and_the_ceiling_are_the_same_both_ways(
     field: str, variable: str, low: int
 ) -> None:
     for good in (low, 10**18 - 1):
-        assert getattr(Config(**{field: good}), field) == good
+        kwargs: dict[str, Any] = {field: good}  # a field named at run time
+        assert getattr(Config(**kwargs), field) == good
         assert getattr(Config.from_env({variable: str(good)}), field) == good
     for bad in (low - 1, -5, 10**18):
+        kwargs = {field: bad}
         with pytest.raises(ValueError, match="must be an integer from") as given:
-            Config(**{field: bad})
+            Config(**kwargs)
         with pytest.raises(ValueError, match="must be an integer from") as read:
             Config.from_env({variable: str(bad)})
         # One message: the environment's adds only which kind of setting it was.
@@ -46,8 +50,9 @@ def test_a_value_that_is_not_a_whole_number_is_refused_both_ways(
     field: str, variable: str, low: int
 ) -> None:
     for bad in (1.5, 4096.0, True, "4096"):
+        kwargs: dict[str, Any] = {field: bad}  # a field named at run time, a wrong type
         with pytest.raises(ValueError, match="must be an integer from") as given:
-            Config(**{field: bad})
+            Config(**kwargs)
         assert str(given.value) == _rule(field, variable, low) + repr(bad)
     for text in ("1.5", "many", "0x10"):
         with pytest.raises(ValueError, match="must be an integer from") as read:

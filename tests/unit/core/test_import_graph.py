@@ -243,7 +243,10 @@ def test_no_module_is_over_600_lines() -> None:
     import statemachine_wf.reconcilers
 
     packages = (statemachine_wf, statemachine_wf.adapters, statemachine_wf.reconcilers)
-    roots = [pathlib.Path(p.__file__).resolve().parent for p in packages]
+    roots: list[pathlib.Path] = []
+    for p in packages:
+        assert p.__file__ is not None  # a regular package, not a namespace one
+        roots.append(pathlib.Path(p.__file__).resolve().parent)
     paths = sorted({path.resolve() for root in roots for path in root.rglob("*.py")})
     assert {r.name for r in roots} <= {p.parent.name for p in paths}  # every tree was read
     longer = [

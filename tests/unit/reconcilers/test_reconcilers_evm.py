@@ -53,6 +53,7 @@ class FakeHost:
         self.instance_id = instance_id
         self.locks = locks
         self.saved: dict[str, Any] = {}
+        self.reserved: dict[str, str] = {}
 
     def save_progress(self, delta: Mapping[str, Any]) -> None:
         self.saved.update(delta)
@@ -71,6 +72,9 @@ class FakeHost:
             del self.locks[key]
             return True
         return False
+
+    def reserve_token(self, key: str, token: str) -> None:
+        self.reserved[key] = token  # StepHost's; no test here takes a wait token
 
     def waker(self) -> Callable[[], None]:
         return lambda: None  # nothing here sleeps: each test calls the step again itself
