@@ -54,6 +54,8 @@ log = logging.getLogger("statemachine_wf.runner")
 
 _CONTENDED = 0.005
 """Seconds an idle worker sleeps when work is due that its claim could not take."""
+_MARGIN = 0.0002
+"""Seconds the timer holder wakes after the due time it measured (see ``_idle_wait``)."""
 
 
 class Runner:
@@ -329,8 +331,9 @@ class Runner:
                             self._run_handing(claim, startup=False)
                         self._deferred_nudge()  # if no commit passed it on
                 if not claims:
+                    asked = time.monotonic()
                     wait = self._idle_wait(
-                        self.store.next_due(types=self.types, dag_types=self.dag_types)
+                        self.store.next_due(types=self.types, dag_types=self.dag_types), asked
                     )
                     if wait > 0:
                         self.store.wait_for_work(wait)
@@ -407,13 +410,19 @@ class Runner:
             self._local.nudge = False
             self.store.nudge()
 
-    def _idle_wait(self, due: float | None) -> float:
+    def _idle_wait(self, due: float | None, asked: float) -> float:
         """How long an idle worker sleeps before it looks for due work again.
 
         One worker of this runner (the timer holder) sleeps until the next due time (a
         timer, a back-off); the others sleep until a wake-up or the safety poll
         (``idle_poll``). So a timer wakes one thread, not the whole pool; the holder that
         claims work passes the baton (``nudge``) and the next idle worker takes the timer.
+
+        ``due`` is counted from when ``next_due`` ran, after ``asked`` (when it was
+        called): counted from ``asked``, the sleep leaves out the answer's way back, which
+        made every timer that late (later under load). The request's way there, which
+        could wake it early for an empty claim, is matched by the claim's own way there
+        and ``_MARGIN``.
         """
         poll = self.opts.idle_poll
         if due is None or due >= poll:
@@ -426,12 +435,12 @@ class Runner:
             # workers"); any wake-up ends it early.
             return min(poll, _CONTENDED)
         me = threading.get_ident()
-        at = time.monotonic() + due
+        at = asked + due + _MARGIN
         with self._timer_lock:
             holder, holder_at = self._timer
             if holder is None or holder == me or at < holder_at:
                 self._timer = (me, at)
-                return due
+                return max(0.0, at - time.monotonic())
         return poll
 
     def _release_timer(self) -> bool:
