@@ -25,7 +25,7 @@ class RunnerOptions:
         prefixes: type prefixes this runner takes (``billing.``); empty takes every
             hosted type.
         idle_poll: longest sleep with nothing due, a safety net for lost wake-ups (one
-            worker sleeps until the next due time instead; see ``Runner._idle_wait``).
+            worker sleeps until the next due time instead; see ``runtime.idle.Idle``).
         worker_id: a stable id lets a restarted runner take its own leases back at once.
         reconcile_on_start: run the start-up pass over RUNNING and STALLED instances.
         heartbeat_log_every: a claim held across heartbeats gets a HEARTBEAT event in the

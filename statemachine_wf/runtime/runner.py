@@ -43,6 +43,7 @@ from ..errors import (
 )
 from . import observe
 from .driver import MachineDriver, NextClaim
+from .idle import Idle
 from .observe import NOOP, Observer
 from .operations import engine
 from .twins import release_dead_twins
@@ -51,11 +52,6 @@ if TYPE_CHECKING:
     from .dag_handlers import Registry
 
 log = logging.getLogger("statemachine_wf.runner")
-
-_CONTENDED = 0.005
-"""Seconds an idle worker sleeps when work is due that its claim could not take."""
-_MARGIN = 0.0002
-"""Seconds the timer holder wakes after the due time it measured (see ``_idle_wait``)."""
 
 
 class Runner:
@@ -118,8 +114,7 @@ class Runner:
         self._local = threading.local()
         self._busy = 0
         self._busy_lock = threading.Lock()
-        self._timer_lock = threading.Lock()
-        self._timer: tuple[int | None, float] = (None, 0.0)
+        self._idle = Idle(self.opts.idle_poll)  # which idle worker holds the timer
         self.driver = MachineDriver(
             store,
             worker_id=self.worker_id,
@@ -332,12 +327,11 @@ class Runner:
                         self._deferred_nudge()  # if no commit passed it on
                 if not claims:
                     asked = time.monotonic()
-                    wait = self._idle_wait(
+                    wait = self._idle.wait(
                         self.store.next_due(types=self.types, dag_types=self.dag_types), asked
                     )
-                    if wait > 0:
-                        self.store.wait_for_work(wait)
-                        self._local.held_timer = self._release_timer()
+                    if wait > 0 and self._idle.woke(self.store.wait_for_work(wait)):
+                        self.store.wait_for_work(self.opts.idle_poll)  # displaced
             except StoreUnavailable as exc:
                 log.debug("worker loop: %s (continuing)", exc)  # the store says it once
                 self._stopping.wait(0.5)
@@ -387,8 +381,7 @@ class Runner:
         "Waking up"). Not when the claim saw nothing else due, unless this worker held the
         timer (another idle worker must take the timer over). The baton for more work is
         typed: a claim of those types under way in this process covers it."""
-        held_timer = getattr(self._local, "held_timer", False)
-        self._local.held_timer = False
+        held_timer = self._idle.handed_over()
         if not held_timer and not any(c.more for c in claims):
             pass
         elif all(not c.started and c.instance.waiting is not None for c in claims):
@@ -409,47 +402,6 @@ class Runner:
         if getattr(self._local, "nudge", False):
             self._local.nudge = False
             self.store.nudge()
-
-    def _idle_wait(self, due: float | None, asked: float) -> float:
-        """How long an idle worker sleeps before it looks for due work again.
-
-        One worker of this runner (the timer holder) sleeps until the next due time (a
-        timer, a back-off); the others sleep until a wake-up or the safety poll
-        (``idle_poll``). So a timer wakes one thread, not the whole pool; the holder that
-        claims work passes the baton (``nudge``) and the next idle worker takes the timer.
-
-        ``due`` is counted from when ``next_due`` ran, after ``asked`` (when it was
-        called): counted from ``asked``, the sleep leaves out the answer's way back, which
-        made every timer that late (later under load). The request's way there, which
-        could wake it early for an empty claim, is matched by the claim's own way there
-        and ``_MARGIN``.
-        """
-        poll = self.opts.idle_poll
-        if due is None or due >= poll:
-            return poll
-        if due <= 0:
-            # Due now, and yet this worker's claim came back empty: another claim holds the
-            # task this moment (SKIP LOCKED), or the due row is one no claim of ours takes.
-            # A moment's sleep, not a spin of claim and next_due until that claim commits
-            # (it was three wasted pairs per start with 8 workers: bench/README.md, "Idle
-            # workers"); any wake-up ends it early.
-            return min(poll, _CONTENDED)
-        me = threading.get_ident()
-        at = asked + due + _MARGIN
-        with self._timer_lock:
-            holder, holder_at = self._timer
-            if holder is None or holder == me or at < holder_at:
-                self._timer = (me, at)
-                return max(0.0, at - time.monotonic())
-        return poll
-
-    def _release_timer(self) -> bool:
-        """Give up the timer (if this worker held it); True if it did."""
-        with self._timer_lock:
-            if self._timer[0] == threading.get_ident():
-                self._timer = (None, 0.0)
-                return True
-            return False
 
     def _run_handing(self, claim: Claim, *, startup: bool) -> None:
         """Run ``claim``, then each node its commit handed straight to this worker (a DAG's

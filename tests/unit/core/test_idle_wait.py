@@ -1,60 +1,87 @@
-"""How long an idle worker sleeps (Runner._idle_wait): the timer holder's sleep is
-counted from when it asked for the next due time, not from when the answer came back."""
+"""How long an idle worker sleeps (runtime/idle.py): one timer holder per runner, whose
+sleep is counted from when it asked for the next due time, not from when the answer came
+back; a holder displaced by an earlier due time does not race the new one's claim; a
+holder that woke too early claims again at once, once."""
 
 from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
-from pydantic import BaseModel
 
-from statemachine_wf import COMPLETED, Runner, RunnerOptions, StepContext, Workflow, step
-from statemachine_wf.runtime import runner as runner_module
-from statemachine_wf.stores.sqlite import SQLiteStore
+from statemachine_wf.runtime.idle import CONTENDED, MARGIN, Idle
 
-
-class In(BaseModel):
-    pass
-
-
-class Idle(Workflow[In, In]):
-    workflow_type = "t.idlewait.v1"
-
-    @step(initial=True, to=COMPLETED)
-    def only(self, ctx: StepContext[In, In]) -> None:
-        return None
+T = TypeVar("T")
 
 
 @pytest.fixture
-def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Runner:
-    # The clock the runner reads: 100.004 s, the answer of a next_due asked at 100.0.
+def idle(monkeypatch: pytest.MonkeyPatch) -> Idle:
+    # The clock it reads: 100.004 s, the answer of a next_due asked at 100.0.
     monkeypatch.setattr(time, "monotonic", lambda: 100.004)
-    return Runner(
-        SQLiteStore(str(tmp_path / "swf.db")), [Idle], options=RunnerOptions(idle_poll=5.0)
-    )
+    return Idle(poll=5.0)
 
 
-def test_the_timer_holder_does_not_sleep_the_answers_way_back(runner: Runner) -> None:
-    # Due 50 ms after the question; the answer took 4 ms: 46 ms left (and the margin).
-    wait = runner._idle_wait(0.050, asked=100.0)
-    assert wait == pytest.approx(0.046 + runner_module._MARGIN)
-    holder, at = runner._timer
-    assert holder == threading.get_ident()
-    assert at == pytest.approx(100.050 + runner_module._MARGIN)
-
-
-def test_a_due_time_passed_while_the_answer_came_back_is_claimed_at_once(runner: Runner) -> None:
-    assert runner._idle_wait(0.002, asked=100.0) == 0.0  # no sleep: claim again now
-    assert runner._timer[0] == threading.get_ident()  # and it holds the timer meanwhile
-
-
-def test_only_one_worker_holds_the_timer(runner: Runner) -> None:
-    assert runner._idle_wait(0.050, asked=100.0) > 0
-    other: list[float] = []
-    thread = threading.Thread(target=lambda: other.append(runner._idle_wait(0.080, asked=100.0)))
+def in_thread(call: Callable[[], T]) -> T:
+    """``call`` on another worker thread (the holder is a thread)."""
+    out: list[T] = []
+    thread = threading.Thread(target=lambda: out.append(call()))
     thread.start()
     thread.join(timeout=10)
-    assert other == [5.0]  # a later due time: the safety poll, woken by a nudge
-    assert runner._idle_wait(None, asked=100.0) == 5.0  # nothing due
+    return out[0]
+
+
+def test_the_timer_holder_does_not_sleep_the_answers_way_back(idle: Idle) -> None:
+    # Due 50 ms after the question; the answer took 4 ms: 46 ms left (and the margin).
+    assert idle.wait(0.050, asked=100.0) == pytest.approx(0.046 + MARGIN)
+    holder, at = idle._timer
+    assert holder == threading.get_ident()
+    assert at == pytest.approx(100.050 + MARGIN)
+
+
+def test_a_due_time_passed_while_the_answer_came_back_is_claimed_at_once(idle: Idle) -> None:
+    assert idle.wait(0.002, asked=100.0) == 0.0  # no sleep: claim again now
+    assert idle._timer[0] == threading.get_ident()  # and it holds the timer meanwhile
+
+
+def test_only_one_worker_holds_the_timer_and_an_earlier_due_time_takes_it(idle: Idle) -> None:
+    assert idle.wait(0.050, asked=100.0) > 0
+    # A later due time: the safety poll (a nudge ends it); nothing due: the poll too.
+    assert in_thread(lambda: idle.wait(0.080, asked=100.0)) == 5.0
+    assert idle.wait(None, asked=100.0) == 5.0
+
+    def earlier_then_wake() -> tuple[float, bool]:
+        wait = idle.wait(0.030, asked=100.0)
+        return wait, idle.woke(False)
+
+    # Another worker with an earlier due time takes the timer; it wakes as the holder.
+    wait, displaced = in_thread(earlier_then_wake)
+    assert wait == pytest.approx(0.026 + MARGIN)
+    assert displaced is False
+
+
+def test_a_displaced_holder_that_times_out_does_not_claim(idle: Idle) -> None:
+    idle.wait(0.050, asked=100.0)  # this worker holds the timer...
+    in_thread(lambda: idle.wait(0.030, asked=100.0))  # ...until an earlier due time came
+    assert idle.woke(False) is True  # timed out, displaced: sleep on, no claim
+    assert idle.handed_over() is False  # and no timer to hand over
+
+
+def test_a_holder_woken_by_a_nudge_claims_and_hands_the_timer_over(idle: Idle) -> None:
+    idle.wait(0.050, asked=100.0)
+    assert idle.woke(True) is False  # woken: it claims
+    assert idle._timer == (None, 0.0)  # the timer given up
+    assert idle.handed_over() is True  # its claim passes the baton (once)
+    assert idle.handed_over() is False
+
+
+def test_a_holder_that_woke_too_early_claims_again_once(idle: Idle) -> None:
+    idle.wait(0.050, asked=100.0)
+    assert idle.woke(False) is False  # timed out as the holder: it claims
+    # Its claim came back empty and next_due says due now: it woke a moment early.
+    assert idle.wait(0.0, asked=100.0) == 0.0  # claim again at once...
+    assert idle.wait(0.0, asked=100.0) == CONTENDED  # ...once; then somebody else has it
+    # A worker that did not hold the timer: the task is in another claim, a moment's sleep.
+    assert in_thread(lambda: idle.wait(0.0, asked=100.0)) == CONTENDED

@@ -66,6 +66,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "runtime.context",
         "runtime.driver",
         "runtime.runner",
+        "runtime.idle",
         "runtime.twins",
         "runtime.dag_executor",
         "runtime.dag_cache",
