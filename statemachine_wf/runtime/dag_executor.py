@@ -22,7 +22,8 @@ try). Then:
    runner's ``lease``; :func:`~..core.dag_interpret.hand_off`); one that dispatches
    nothing takes another due node of the instance (a fan-out's next branch):
    :meth:`DagExecutor.run` returns its claim and the runner runs it next. With no other
-   runner on the instance, a chain or fan-out node costs one commit and no read.
+   runner on the instance, a chain or fan-out node costs one commit and no read. After
+   ``STREAK`` such nodes in a row the next commit takes none, and the worker claims.
 
 A node task whose run is already completed (a result recorded but not scheduled) is
 only scheduled; a failure retries with backoff (the task is due again later) and then,
@@ -46,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -83,6 +85,12 @@ log = logging.getLogger("statemachine_wf.dag")
 CHILD_RECHECK = 300.0
 """Seconds a parked sub-workflow node waits before it looks at its child anyway: only a
 safety net (the child's end wakes it at once), for a wake-up lost to a hand-edited row."""
+
+STREAK = 32
+"""Nodes a worker runs in a row that its own commits took for it (the next node handed
+over, a fan-out's next branch) with no claim. Then its next commit takes none, and the
+worker claims, in priority order: a higher-priority task waits for at most this many
+nodes of a long fan-out or chain, not for its end."""
 
 INTERNAL_ATTEMPTS = 5
 """Tries of a node whose runs fail for an internal error of the runtime before the
@@ -131,6 +139,7 @@ class DagExecutor:
             max_workers=max(1, threads), thread_name_prefix="swf-dag-fn"
         )
         self._cache = DagCache(store)
+        self._local = threading.local()  # per worker: the claim it took itself, its streak
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -139,6 +148,13 @@ class DagExecutor:
     def run(self, claim: Claim) -> Claim | None:
         """Run one claimed node task (its span, metrics and log context around it); the
         claim of the next node when its commit handed one to this worker."""
+        local = self._local
+        # A node its own commit took for it (handed over, or the next branch) lengthens
+        # this worker's streak; a claimed one starts a new streak.
+        local.streak = (
+            getattr(local, "streak", 0) + 1 if claim is getattr(local, "took", None) else 0
+        )
+        local.took = None
         with self.observer.node(claim):
             return self._run(claim)
 
@@ -471,7 +487,14 @@ class DagExecutor:
                 # A worker free to run a node next takes one in this commit, leased to it
                 # there with no claim: the node it dispatches (a hand-off) or else another
                 # due one (a fan-out's next branch).
-                free = taken is not None and self._lease is not None
+                # Not past STREAK such nodes in a row: then this worker's next node comes
+                # through a claim, in priority order, so that a long fan-out or chain does
+                # not keep a higher-priority task of another instance waiting to its end.
+                free = (
+                    taken is not None
+                    and self._lease is not None
+                    and getattr(self._local, "streak", 0) < STREAK
+                )
                 handed = interpret.hand_off(decision) if free else None
                 take: Literal["handed", "sibling"] | None = None
                 if handed is not None:
@@ -488,7 +511,8 @@ class DagExecutor:
                     return True
                 instance = self._cache.fold(entry, state, decided, applied)
                 if applied.task is not None and taken is not None:
-                    taken.append(Claim(applied.task, instance, started=True))
+                    self._local.took = Claim(applied.task, instance, started=True)
+                    taken.append(self._local.took)
                 return True
 
             return until_committed(
