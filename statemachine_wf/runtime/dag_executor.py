@@ -23,7 +23,8 @@ try). Then:
    nothing takes another due node of the instance (a fan-out's next branch):
    :meth:`DagExecutor.run` returns its claim and the runner runs it next. With no other
    runner on the instance, a chain or fan-out node costs one commit and no read. After
-   ``STREAK`` such nodes in a row the next commit takes none, and the worker claims.
+   ``operations.STREAK`` such nodes in a row the next commit takes none, and the worker
+   claims.
 
 A node task whose run is already completed (a result recorded but not scheduled) is
 only scheduled; a failure retries with backoff (the task is due again later) and then,
@@ -75,7 +76,7 @@ from .dag_handlers import (
     Registry,
     run_handler,
 )
-from .operations import cancel_unless_ended, until_committed
+from .operations import STREAK, cancel_unless_ended, until_committed
 
 if TYPE_CHECKING:
     from ..definition.workflow import Workflow
@@ -85,12 +86,6 @@ log = logging.getLogger("statemachine_wf.dag")
 CHILD_RECHECK = 300.0
 """Seconds a parked sub-workflow node waits before it looks at its child anyway: only a
 safety net (the child's end wakes it at once), for a wake-up lost to a hand-edited row."""
-
-STREAK = 32
-"""Nodes a worker runs in a row that its own commits took for it (the next node handed
-over, a fan-out's next branch) with no claim. Then its next commit takes none, and the
-worker claims, in priority order: a higher-priority task waits for at most this many
-nodes of a long fan-out or chain, not for its end."""
 
 INTERNAL_ATTEMPTS = 5
 """Tries of a node whose runs fail for an internal error of the runtime before the

@@ -50,7 +50,7 @@ from ..errors import (
 )
 from . import observe
 from .context import ReconcileContext, Reconciliation, StepContext, Waker
-from .operations import until_committed
+from .operations import STREAK, until_committed
 
 log = logging.getLogger("statemachine_wf.runner")
 
@@ -138,6 +138,8 @@ class Drive:
     take_next: NextClaim | None = None
     taken: list[Claim] | None = None
     """What the commit that ended the instance claimed (``take_next``): None, none made."""
+    steps: int = 0
+    """Steps run on this claim so far (see ``operations.STREAK``)."""
 
     @property
     def attempt(self) -> int:
@@ -458,7 +460,11 @@ class MachineDriver:
                 self.store.wake_instances([d.instance.id])
             return False
         staged = ctx.staged
-        hold = not self._stopping.is_set()
+        # The next step runs on under this lease, unless the runner is stopping or this
+        # claim has run its streak: then it is handed back, due at once, and claimed again
+        # in priority order (by this worker, when nothing outranks it).
+        d.steps += 1
+        hold = not self._stopping.is_set() and d.steps <= STREAK
         decision = self.commit(
             d, lambda s: decide.success(d.spec, s, step, attempt, result, staged, hold=hold)
         )

@@ -30,6 +30,13 @@ from ..errors import ConcurrencyConflict, InvalidState, NotFound, StoreUnavailab
 
 T = TypeVar("T")
 
+STREAK = 32
+"""Steps, or DAG nodes, a worker runs in a row after the one it claimed, carried on by its
+own commits with no claim: a state machine's next step under the lease it holds, a DAG's
+next node handed over or a fan-out's next branch. The commit after them hands the next
+one back, due at once, and the worker claims in priority order: a higher-priority task
+waits for at most this many steps of a long workflow, not for its end."""
+
 CAS_TRIES = 200
 """How many lost CAS races one decision may take before its caller gives up.
 

@@ -10,7 +10,7 @@ import threading
 from statemachine_wf import Runner, RunnerOptions, Status
 from statemachine_wf.core.store import Store
 from statemachine_wf.dag import DagBuilder, DagClient, Registry
-from statemachine_wf.runtime.dag_executor import STREAK
+from statemachine_wf.runtime.operations import STREAK
 
 from . import helpers as h
 
