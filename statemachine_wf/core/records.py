@@ -121,12 +121,15 @@ class Claim:
     """A task this runner now holds.
 
     ``started`` is true when the claim itself appended the next attempt's STEP_STARTED
-    (the common case: claim and intent in one commit). Otherwise the runner must look at
-    the instance and decide: a step in flight is in doubt, a cancel request stops it.
+    (the common case: claim and intent in one commit), after a ``TIMER_FIRED`` when the
+    instance waited and its one due pending row was the wait's own timer. Otherwise the
+    runner must look at the instance and decide: a step in flight is in doubt, a cancel
+    request stops it, a wait takes its signals.
 
-    ``signals``: for a waiting instance, its due pending signal and timer rows, read by
-    the claim itself (what :meth:`Store.pending_signals` returns); ``None`` when the claim
-    did not read them (the runner reads them itself).
+    ``signals``: for a waiting instance that did not start, its due pending signal and
+    timer rows, read by the claim itself (what :meth:`Store.pending_signals` returns);
+    ``None`` when the claim did not read them (the runner reads them itself). For one
+    started after its timer fired: that timer's row, as the claim applied it.
 
     ``more``: whether other due tasks were seen when this one was claimed (the runner
     wakes one more idle worker only then). True when the claim did not look.

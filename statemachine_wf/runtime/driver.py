@@ -247,7 +247,9 @@ class MachineDriver:
                 worker=self.worker_id,
             )
             return None
-        if not claim.started and not self.begin(d, claim, input_model, startup=startup):
+        if claim.started and claim.signals:  # the claim fired the wait's timer
+            self.observer.delivered(inst, claim.signals)
+        elif not claim.started and not self.begin(d, claim, input_model, startup=startup):
             return d.taken
         while self.run_step(d, input_model):
             pass

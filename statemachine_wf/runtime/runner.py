@@ -376,7 +376,8 @@ class Runner:
 
     def _pass_baton(self, claims: Sequence[Claim]) -> None:
         """There may be more where ``claims`` came from: wake one more worker. A resume
-        (a timer, a signal) passes it after its deliver commit instead, or the woken
+        left to a deliver commit (a signal; a timer the claim did not fire itself: it is
+        then not ``started``) passes it after that commit instead, or the woken
         worker's claim and next_due would compete with that commit (docs/architecture.md,
         "Waking up"). Not when the claim saw nothing else due, unless this worker held the
         timer (another idle worker must take the timer over). The baton for more work is

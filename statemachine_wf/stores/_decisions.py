@@ -249,8 +249,8 @@ class SqlStore(SqlReads):
     def _claimed_signals(self, conn: Any, row: Row, instance: Any) -> Any:
         """The due pending signals of a claimed waiting instance that did not start, read
         with the claim so a resume takes one round trip less (None: the runner reads
-        them). PostgreSQL's statement returns them; SQLite reads them in the claim's
-        transaction."""
+        them), or the timer the claim fired and applied. PostgreSQL's statement returns
+        them; SQLite reads them in the claim's transaction."""
         return row["signals"]
 
     def _claim_params(

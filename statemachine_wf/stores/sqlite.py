@@ -79,6 +79,8 @@ class SQLiteStore(SQLiteConnections):
 
     def _claimed_signals(self, conn: sqlite3.Connection, row: sqlite3.Row, instance: Any) -> Any:
         # Read in the claim's transaction (see SqlStore._claimed_signals).
+        if row["fired"] is not None:
+            return self._run(conn, "signal_get", {"id": row["fired"]}).fetchall()
         if instance is None or instance["waiting_key"] is None or row["started"]:
             return None
         return self._run(

@@ -328,16 +328,29 @@ WITH held AS (
     -- `fast`: the step starts in this commit (decide.start's rule) unless the task is
     -- a DAG's, a run started from SQL (node '': the runner resolves its first step), in
     -- doubt (in_flight: the reconcile hook comes first), the instance has a cancel
-    -- pending, has ended, or waits (a wait is resumed by the deliver commit of its
-    -- signals, never started here).
+    -- pending, has ended, or waits - except for a wait whose one due pending row is its
+    -- own timer (`timer_id`): that is waits.deliver's simplest case, the timer fires and
+    -- the step starts again, and this commit makes it (TIMER_FIRED, STEP_STARTED). Any
+    -- other wait is resumed by the deliver commit of its signals, never started here.
     SELECT t.id AS task_id, t.node, i.id AS instance_id, i.version,
            coalesce((i.attempts ->> t.node)::int, 0) + 1 AS next_attempt,
+           w.timer_id, i.waiting_key AS wait_key,
+           CASE WHEN i.waiting_kind = 'signal' THEN 'timeout' ELSE 'slept' END AS outcome,
            (i.kind = 'machine' AND NOT t.in_flight AND NOT i.cancel_requested
             AND t.node <> '' AND i.status IN ('PENDING', 'RUNNING', 'STALLED')
-            AND i.waiting_key IS NULL) AS fast
+            AND (i.waiting_key IS NULL OR w.timer_id IS NOT NULL)) AS fast
     FROM picked p
     JOIN wf_tasks t ON t.id = p.id
     JOIN wf_instances i ON i.id = t.instance_id
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN i.waiting_key IS NOT NULL AND t.node = i.step THEN
+                   (SELECT CASE WHEN count(*) = 1
+                                 AND bool_and(s.kind = 'timer' AND s.token = i.waiting_token)
+                                THEN min(s.id) END
+                    FROM wf_signals s
+                    WHERE s.instance_id = i.id AND s.state = 'pending' AND s.due_at <= now())
+               END AS timer_id
+    ) AS w
 ), bumped AS (
     -- Claim and intent in one commit: the version bump fences out any earlier holder.
     -- `i.version = p.version`: a commit that moved the version after `prev` read it (an
@@ -352,28 +365,58 @@ WITH held AS (
         attempts = CASE WHEN p.fast
                         THEN jsonb_set(i.attempts, ARRAY[p.node], to_jsonb(p.next_attempt))
                         ELSE i.attempts END,
+        -- A fired timer: TIMER_FIRED's fold (the wait's outcome; no wait in progress).
+        waits = CASE WHEN p.fast AND p.timer_id IS NOT NULL
+                     THEN jsonb_set(i.waits, ARRAY[p.wait_key],
+                                    coalesce(i.waits -> p.wait_key, '{}')
+                                    || jsonb_build_object('outcome', p.outcome))
+                     ELSE i.waits END,
+        waiting_key = CASE WHEN p.fast THEN NULL ELSE i.waiting_key END,
+        waiting_kind = CASE WHEN p.fast THEN NULL ELSE i.waiting_kind END,
+        waiting_token = CASE WHEN p.fast THEN NULL ELSE i.waiting_token END,
+        waiting_until = CASE WHEN p.fast THEN NULL ELSE i.waiting_until END,
         updated_at = now()
     FROM prev p
     WHERE i.id = p.instance_id AND i.version = p.version
-    RETURNING i.*, p.fast
+    RETURNING i.*, p.fast, CASE WHEN p.fast THEN p.timer_id END AS fired, p.wait_key, p.outcome
 ), started AS (
-    INSERT INTO wf_events (instance_id, node, event_type, attempt, worker)
-    SELECT b.id, b.step, 'STEP_STARTED', b.step_attempts, %(worker)s FROM bumped b WHERE b.fast
+    -- In the log's order: a fired timer's TIMER_FIRED (at the waiting attempt), then the
+    -- step's STEP_STARTED - the events of waits.deliver and decide.start.
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
+    SELECT e.id, e.step, e.event_type, e.attempt, e.payload, %(worker)s
+    FROM (SELECT b.id, b.step, 'TIMER_FIRED' AS event_type, b.step_attempts - 1 AS attempt,
+                 jsonb_build_object('wait', b.wait_key, 'outcome', b.outcome,
+                                    'signal', b.fired) AS payload, 0 AS ord
+          FROM bumped b WHERE b.fired IS NOT NULL
+          UNION ALL
+          SELECT b.id, b.step, 'STEP_STARTED', b.step_attempts, '{}'::jsonb, 1
+          FROM bumped b WHERE b.fast) AS e
+    ORDER BY e.id, e.ord
+), fired AS (
+    UPDATE wf_signals s SET state = 'applied', settled_at = now()
+    FROM bumped b
+    WHERE s.id = b.fired AND s.instance_id = b.id AND s.state = 'pending'
+    RETURNING s.*
 ), claimed AS (
     UPDATE wf_tasks t
     SET lease_owner = %(worker)s,
         lease_token = %(token)s,
         due_at = now() + %(lease)s * interval '1 second',
         attempt = CASE WHEN b.fast THEN b.step_attempts ELSE t.attempt END,
-        in_flight = t.in_flight OR coalesce(b.fast, false)
+        in_flight = t.in_flight OR coalesce(b.fast, false),
+        -- As decide.moved_on's Continue after a delivered wait: no failures carried on.
+        failures = CASE WHEN b.fired IS NOT NULL THEN 0 ELSE t.failures END
     FROM prev p LEFT JOIN bumped b ON b.id = p.instance_id
     WHERE t.id = p.task_id
     RETURNING t.*, coalesce(b.fast, false) AS started
 )
 -- A waiting instance comes with its due pending rows (signals_pending), so a resume is
--- two round trips: this claim and the deliver commit.
+-- two round trips: this claim and the deliver commit; a timer this claim fired comes as
+-- the row it applied (the runner's timer-lateness metric).
 SELECT c.*, true AS leased, to_jsonb(b) AS instance,
-       CASE WHEN b.waiting_key IS NOT NULL AND NOT b.fast THEN
+       CASE WHEN b.fired IS NOT NULL THEN
+           (SELECT jsonb_agg(to_jsonb(f)) FROM fired f WHERE f.instance_id = c.instance_id)
+            WHEN b.waiting_key IS NOT NULL AND NOT b.fast THEN
            (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.due_at, s.id), '[]'::jsonb)
             FROM wf_signals s
             WHERE s.instance_id = c.instance_id AND s.state = 'pending' AND s.due_at <= now())

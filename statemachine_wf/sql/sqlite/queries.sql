@@ -175,18 +175,32 @@ SELECT * FROM wf_events WHERE instance_id = :id AND seq > :after ORDER BY seq;
 -- claim then quarantines the row) and its next attempt. Every picked instance's version is
 -- bumped - claim and intent in one commit, and an earlier holder of the task (its lease
 -- expired) loses its next CAS - and a fast one gets decide.start's projection and its
--- STEP_STARTED (the contract tests pin both to the fold). Then the tasks are leased under
--- :token, fresh for every claim, and returned with whether they were started.
+-- STEP_STARTED (the contract tests pin both to the fold); a wait whose one due pending row
+-- is its own timer (`timer_id`) is fast too, its timer fired in the same commit
+-- (TIMER_FIRED's fold and event, the row applied: PostgreSQL's `prev`). Then the tasks are
+-- leased under :token, fresh for every claim, and returned with whether they were started.
 CREATE TEMP TABLE IF NOT EXISTS swf_claim (task_id INTEGER PRIMARY KEY, instance_id TEXT,
-                                           node TEXT, fast INTEGER, next_attempt INTEGER);
+                                           node TEXT, fast INTEGER, next_attempt INTEGER,
+                                           timer_id INTEGER, wait_key TEXT, outcome TEXT);
 DELETE FROM temp.swf_claim;
 INSERT INTO temp.swf_claim
 SELECT task_id, instance_id, node, fast,
-       CASE WHEN fast THEN coalesce(json_extract(attempts, '$."' || node || '"'), 0) + 1 END
+       CASE WHEN fast THEN coalesce(json_extract(attempts, '$."' || node || '"'), 0) + 1 END,
+       CASE WHEN fast THEN timer_id END, wait_key, outcome
+FROM (SELECT *, (base AND (wait_key IS NULL OR timer_id IS NOT NULL)) AS fast
 FROM (SELECT t.id AS task_id, t.instance_id, t.node, i.attempts,
              (i.kind = 'machine' AND NOT t.in_flight AND NOT i.cancel_requested
               AND coalesce(t.node, '') <> '' AND i.status IN ('PENDING', 'RUNNING', 'STALLED')
-              AND i.waiting_key IS NULL AND json_valid(i.attempts)) AS fast
+              AND json_valid(i.attempts)) AS base,
+             i.waiting_key AS wait_key,
+             CASE WHEN i.waiting_kind = 'signal' THEN 'timeout' ELSE 'slept' END AS outcome,
+             CASE WHEN i.waiting_key IS NOT NULL AND t.node = i.step AND json_valid(i.waits)
+                  THEN (SELECT CASE WHEN count(*) = 1
+                                     AND min(s.kind = 'timer' AND s.token IS i.waiting_token)
+                                    THEN min(s.id) END
+                        FROM wf_signals s
+                        WHERE s.instance_id = i.id AND s.state = 'pending'
+                          AND s.due_at <= :now) END AS timer_id
       FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
       -- Lock holders' due tasks first (as PostgreSQL's claim: a holder's recheck never
       -- queues behind the work its lock keeps waiting), then the rest by priority and due
@@ -216,7 +230,7 @@ FROM (SELECT t.id AS task_id, t.instance_id, t.node, i.attempts,
                                           ORDER BY w.priority, w.due_at LIMIT :limit)
                                       ORDER BY t2.priority, t2.due_at LIMIT :limit))
                      GROUP BY id ORDER BY min(rank), min(priority), min(due_at)
-                     LIMIT :limit));
+                     LIMIT :limit)));
 -- No version check, unlike PostgreSQL's `bumped`: under the writer lock (BEGIN
 -- IMMEDIATE) nothing commits between the pick above and this update.
 UPDATE wf_instances AS i
@@ -225,22 +239,44 @@ SET version = i.version + 1, updated_at = :now,
     step = CASE WHEN c.fast THEN c.node ELSE i.step END,
     step_attempts = CASE WHEN c.fast THEN c.next_attempt ELSE i.step_attempts END,
     attempts = CASE WHEN c.fast THEN json_set(i.attempts, '$."' || c.node || '"', c.next_attempt)
-                    ELSE i.attempts END
+                    ELSE i.attempts END,
+    waits = CASE WHEN c.timer_id IS NOT NULL
+                 THEN json_set(i.waits, '$."' || c.wait_key || '"',
+                               json_patch(coalesce(json_extract(i.waits, '$."' || c.wait_key || '"'),
+                                                   '{}'),
+                                          json_object('outcome', c.outcome)))
+                 ELSE i.waits END,
+    waiting_key = CASE WHEN c.fast THEN NULL ELSE i.waiting_key END,
+    waiting_kind = CASE WHEN c.fast THEN NULL ELSE i.waiting_kind END,
+    waiting_token = CASE WHEN c.fast THEN NULL ELSE i.waiting_token END,
+    waiting_until = CASE WHEN c.fast THEN NULL ELSE i.waiting_until END
 FROM temp.swf_claim AS c WHERE i.id = c.instance_id;
-INSERT INTO wf_events (instance_id, node, event_type, attempt, worker, created_at)
-SELECT instance_id, node, 'STEP_STARTED', next_attempt, :worker, :now
-FROM temp.swf_claim WHERE fast ORDER BY task_id;
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker, created_at)
+SELECT instance_id, node, event_type, attempt, payload, :worker, :now
+FROM (SELECT task_id, 0 AS ord, instance_id, node, 'TIMER_FIRED' AS event_type,
+             next_attempt - 1 AS attempt,
+             json_object('wait', wait_key, 'outcome', outcome, 'signal', timer_id) AS payload
+      FROM temp.swf_claim WHERE timer_id IS NOT NULL
+      UNION ALL
+      SELECT task_id, 1, instance_id, node, 'STEP_STARTED', next_attempt, '{}'
+      FROM temp.swf_claim WHERE fast)
+ORDER BY task_id, ord;
+UPDATE wf_signals SET state = 'applied', settled_at = :now
+WHERE id IN (SELECT timer_id FROM temp.swf_claim WHERE timer_id IS NOT NULL)
+  AND state = 'pending';
 UPDATE wf_tasks AS t
 SET lease_owner = :worker, lease_token = :token, due_at = :now + :lease,
     attempt = CASE WHEN c.fast THEN c.next_attempt ELSE t.attempt END,
-    in_flight = t.in_flight OR c.fast
+    in_flight = t.in_flight OR c.fast,
+    -- As decide.moved_on's Continue after a delivered wait: no failures carried on.
+    failures = CASE WHEN c.timer_id IS NOT NULL THEN 0 ELSE t.failures END
 FROM temp.swf_claim AS c
 -- By rowid from the few picked: joined on t.id alone the planner walked all of wf_tasks.
 WHERE t.id = c.task_id AND t.id IN (SELECT task_id FROM temp.swf_claim);
 -- more: whether another task of the types is still due (the picked ones are leased by
 -- now): the runner wakes one more worker only then. Per type off (type, due_at), the
 -- first due row: never a walk of the type's leased or parked tasks.
-SELECT t.*, 1 AS leased, c.fast AS started,
+SELECT t.*, 1 AS leased, c.fast AS started, c.timer_id AS fired,
        EXISTS (SELECT 1 FROM json_each(:types) AS j
                WHERE EXISTS (SELECT 1 FROM wf_tasks AS m INDEXED BY wf_tasks_type_due
                              WHERE m.type = j.value AND m.due_at <= :now
@@ -443,6 +479,9 @@ RETURNING id;
 SELECT * FROM wf_signals
 WHERE instance_id = :instance_id AND state = 'pending' AND due_at <= :now
 ORDER BY due_at, id;
+
+-- name: signal_get
+SELECT * FROM wf_signals WHERE id = :id;
 
 -- name: signals_list
 SELECT * FROM wf_signals

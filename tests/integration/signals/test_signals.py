@@ -151,17 +151,9 @@ def test_a_timer_fires_while_the_step_resumed_by_the_previous_one_still_runs(
     assert (RUNS[held], AFTER[held]) == (2, 1)
 
 
-def test_a_resume_passes_the_wake_up_baton_after_its_deliver_commit(store: Store) -> None:
-    """The worker that claims a waiting instance wakes the next idle worker only once the
-    resume is committed, so that worker's claim and next_due do not compete with it; any
-    other claim that saw more work due passes the baton at once (here a second instance,
-    started just after, is due when the first is claimed; the resume is the timer
-    holder's, which passes it whatever it saw).
-
-    One worker, so that it is the timer holder when the resume falls due: with two, the
-    other one, still busy with the second instance's first step under load, could claim
-    the resume itself, as a worker that held no timer and saw nothing else due; it then
-    rightly passes no baton at all (seen once in CI)."""
+def _recorded(store: Store) -> list[tuple[int, str, Any]]:
+    """The store's claim, apply and nudge calls from now on, per thread, in order (a
+    claim with what it returned)."""
     calls: list[tuple[int, str, Any]] = []
     for name in ("claim", "apply", "nudge"):
         method = getattr(store, name)
@@ -175,23 +167,80 @@ def test_a_resume_passes_the_wake_up_baton_after_its_deliver_commit(store: Store
             return result
 
         setattr(store, name, record)
+    return calls
+
+
+def _after_claim(
+    calls: list[tuple[int, str, Any]], iid: str, started: bool, *, fired: bool = False
+) -> list[str]:
+    """The two calls the claiming thread made after its first claim of ``iid`` that did
+    (or did not) start a step (``fired``: after firing the wait's timer)."""
+    for i, (thread, name, result) in enumerate(calls):
+        if name == "claim" and any(
+            c.instance.id == iid and (c.started, c.started and bool(c.signals)) == (started, fired)
+            for c in result
+        ):
+            return [n for t, n, _ in calls[i + 1 :] if t == thread][:2]
+    raise AssertionError(f"no claim of {iid} with started={started}, fired={fired}")
+
+
+def test_a_resume_passes_the_wake_up_baton_after_its_deliver_commit(store: Store) -> None:
+    """The worker that claims a waiting instance to deliver its signal wakes the next idle
+    worker only once the resume is committed, so that worker's claim and next_due do not
+    compete with it; any other claim that saw more work due passes the baton at once
+    (here a sleeper, started just after, is due when the first is claimed; the resume is
+    the timer holder's - the sleeper's timer is still to come - which passes it whatever it
+    saw).
+
+    One worker, so that it is the timer holder when the signal comes: with two, the other
+    one could claim the resume itself, as a worker that held no timer and saw nothing else
+    due; it then rightly passes no baton at all (seen once in CI)."""
+    calls = _recorded(store)
     client = Client(store, WORKFLOWS)
-    iid = client.start(Sleeper, {"seconds": 0.5})
-    other = client.start(Sleeper, {"seconds": 1.5})  # its timer fires after iid's resume
+    iid = client.start(Approval, {})
+    other = client.start(Sleeper, {"seconds": 3.0})  # its timer fires after iid's resume
     with running(store, concurrency=1):
+        until_waiting(store, iid)
+        until_waiting(store, other)
+        client.signal(iid, "approved", {"by": "ann"})
         assert client.wait(iid, timeout=20).status == Status.COMPLETED
         assert client.wait(other, timeout=20).status == Status.COMPLETED
+    assert _after_claim(calls, iid, True) == ["nudge", "apply"]  # the first run: at once
+    assert _after_claim(calls, iid, False) == ["apply", "nudge"]  # after the deliver commit
 
-    def after(started: bool) -> list[str]:
-        for i, (thread, name, result) in enumerate(calls):
-            if name == "claim" and any(
-                c.instance.id == iid and c.started is started for c in result
-            ):
-                return [n for t, n, _ in calls[i + 1 :] if t == thread][:2]
-        raise AssertionError(f"no claim of {iid} with started={started}")
 
-    assert after(True) == ["nudge", "apply"]  # the first run: the baton at once
-    assert after(False) == ["apply", "nudge"]  # the resume: after its deliver commit
+def test_a_due_timer_is_fired_by_the_claim_that_takes_it(store: Store) -> None:
+    """A wait whose one due pending row is its own timer needs no deliver commit: the claim
+    writes TIMER_FIRED and the step's STEP_STARTED, applies the timer and returns it with
+    the claim (the timer-lateness metric), and the step runs at once. Its worker held the
+    timer, so it passes the baton at once (another idle worker must hold the next one)."""
+    calls = _recorded(store)
+    client = Client(store, WORKFLOWS)
+    iid = client.start(Sleeper, {"seconds": 0.5})
+    with running(store, concurrency=1):
+        assert client.wait(iid, timeout=20).status == Status.COMPLETED
+    fired = [
+        c
+        for _, name, result in calls
+        if name == "claim"
+        for c in result
+        if c.instance.id == iid and c.signals
+    ]
+    assert len(fired) == 1
+    assert fired[0].started
+    assert [(s.kind, s.state) for s in fired[0].signals or ()] == [("timer", "applied")]
+    assert fired[0].instance.waiting is None
+    # The baton passed at once, before the step ran (its commit, a finish, claims too).
+    assert _after_claim(calls, iid, True, fired=True)[0] == "nudge"
+    # Every claim of iid started its step: none was left to a deliver commit.
+    assert all(
+        c.started for _, name, r in calls if name == "claim" for c in r if c.instance.id == iid
+    )
+    types = [e.event_type for e in store.events(iid)]
+    at = types.index(Ev.TIMER_FIRED)
+    assert types[at - 1 : at + 2] == [Ev.STEP_WAITING, Ev.TIMER_FIRED, Ev.STEP_STARTED]
+    assert client.signal_counts(iid)["applied"] == 1
+    assert sum(client.signal_counts(iid).values()) == 1
 
 
 def test_stale_tokens_are_dropped_logged_and_counted(
