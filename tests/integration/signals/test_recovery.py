@@ -92,3 +92,52 @@ def test_signals_and_timers_survive_all_runners_down(target: Target) -> None:
         assert counts == {"pending": 0, "applied": 12, "stale": 0, "dead": 0, "void": 6}
     finally:
         store.close()
+
+
+def test_a_runner_killed_after_its_claim_fired_a_timer_resumes_the_step_once(
+    target: Target,
+) -> None:
+    """SIGKILL right after the claim that fired a due timer committed (TIMER_FIRED and the
+    step's STEP_STARTED in that claim, the step not yet run): the step is in flight, and
+    the next runner runs it again from the top, which finds the wait's outcome. The timer
+    fired once, nothing is left pending, and every row is the fold of its log.
+
+    One worker, so the claims come in order: four that start the sleepers (each parks),
+    then the fifth, which fires the first timer to fall due."""
+    store = target.open_store()
+    client = Client(store, WORKFLOWS)
+    try:
+        sleepers = [client.start(Sleeper, {"seconds": 1.0}) for _ in range(4)]
+        with Children(target, WORKER) as kids:
+            first = kids.spawn("first", lease=1.0, concurrency=1, kill="claim:after:5")
+            kids.wait_exit(first, 30, "SIGKILL")
+            assert first.returncode == -signal.SIGKILL
+            fired = [
+                i for i in sleepers if Ev.TIMER_FIRED in [e.event_type for e in store.events(i)]
+            ]
+            assert len(fired) == 1, "the fifth claim fired one timer"
+            [killed] = fired
+            assert client.get(killed).status == Status.RUNNING  # its step never ran on
+            assert client.get(killed).waiting is None
+
+            kids.spawn("second", lease=1.0, concurrency=2)
+
+            def all_done() -> bool:
+                return all(client.get(i).status == Status.COMPLETED for i in sleepers)
+
+            poll_until(all_done, timeout=60, what="every sleeper to complete")
+        for iid in sleepers:
+            types = [e.event_type for e in store.events(iid)]
+            assert types.count(Ev.TIMER_FIRED) == 1, iid
+            assert client.verify(iid) == {}
+        started = [e.attempt for e in store.events(killed) if e.event_type == Ev.STEP_STARTED]
+        assert started == [1, 2, 3]  # the first run, the fired claim's, the run after the kill
+        assert client.signal_counts() == {
+            "pending": 0,
+            "applied": 4,
+            "stale": 0,
+            "dead": 0,
+            "void": 0,
+        }
+    finally:
+        store.close()

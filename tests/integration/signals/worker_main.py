@@ -1,10 +1,11 @@
 """A runner process hosting the signal test workflows; serves until SIGTERM or SIGKILL.
 
     python worker_main.py --url URL [--schema S] --ledger SPEC --worker-id ID
-        [--lease 1.0] [--concurrency 2]
+        [--lease 1.0] [--concurrency 2] [--kill op:when:k]
 
 Same command line as ``tests/integration/crash/worker_main.py`` (``--ledger`` is accepted
-and unused), so the crash harness's :class:`Children` starts it. Prints ``READY <id>``.
+and unused; ``--kill`` is its kill switch), so the crash harness's :class:`Children`
+starts it. Prints ``READY <id>``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from statemachine_wf.runtime.runner import Runner, RunnerOptions
-from statemachine_wf.stores import open_store
+from statemachine_wf.stores.postgres import PostgresStore
+from statemachine_wf.stores.sqlite import SQLiteStore
+from tests.integration.crash.worker_main import KillSwitch, killing_store
 from tests.integration.signals.workflows import WORKFLOWS
 
 
@@ -29,9 +32,14 @@ def main() -> None:
     p.add_argument("--worker-id", required=True)
     p.add_argument("--lease", type=float, default=1.0)
     p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--kill")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {args.worker_id} %(message)s")
-    store = open_store(args.url, **({"schema": args.schema} if args.schema else {}))
+    switch = KillSwitch(args.kill)
+    if args.url.startswith("sqlite:///"):
+        store = killing_store(SQLiteStore, switch)(args.url.removeprefix("sqlite:///"))
+    else:
+        store = killing_store(PostgresStore, switch)(args.url, schema=args.schema)
     store.migrate()
     runner = Runner(
         store,
