@@ -199,9 +199,13 @@ def test_a_resume_passes_the_wake_up_baton_after_its_deliver_commit(store: Store
     client = Client(store, WORKFLOWS)
     iid = client.start(Approval, {})
     other = client.start(Sleeper, {"seconds": 3.0})  # its timer fires after iid's resume
-    with running(store, concurrency=1):
+    with running(store, concurrency=1) as runner:
         until_waiting(store, iid)
         until_waiting(store, other)
+        # Sent once the worker holds the sleeper's timer: sent earlier, the claim after the
+        # sleeper's park could take the resume as a worker that held nothing and saw nothing
+        # else due, and rightly pass no baton at all.
+        poll_until(lambda: runner._idle._timer[0] is not None, timeout=20, what="a timer holder")
         client.signal(iid, "approved", {"by": "ann"})
         assert client.wait(iid, timeout=20).status == Status.COMPLETED
         assert client.wait(other, timeout=20).status == Status.COMPLETED
@@ -216,7 +220,7 @@ def test_a_due_timer_is_fired_by_the_claim_that_takes_it(store: Store) -> None:
     timer, so it passes the baton at once (another idle worker must hold the next one)."""
     calls = _recorded(store)
     client = Client(store, WORKFLOWS)
-    iid = client.start(Sleeper, {"seconds": 0.5})
+    iid = client.start(Sleeper, {"seconds": 1.0})  # the worker holds the timer by then
     with running(store, concurrency=1):
         assert client.wait(iid, timeout=20).status == Status.COMPLETED
     fired = [
