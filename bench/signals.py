@@ -5,8 +5,9 @@ An idle runner (another process, 8 threads on PostgreSQL, 4 on SQLite, default
 starts N instances with ``at`` spaced ``spacing`` seconds apart, far enough ahead that
 all of them have parked first, so one timer falls due at a time on an idle runner; the
 step, run again after the timer, puts ``time.time() - at`` on a queue. Lateness = that
-difference: timer row due -> runner woken (next due time) -> claim -> deliver
-(TIMER_FIRED + STEP_STARTED, one commit) -> step re-run. Nothing here asserts a timing.
+difference: timer row due -> runner woken (next due time) -> the claim, which fires the
+timer (TIMER_FIRED + STEP_STARTED in its commit) -> step re-run. Nothing here asserts a
+timing.
 """
 
 from __future__ import annotations
