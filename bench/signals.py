@@ -13,6 +13,7 @@ timing.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -141,14 +142,18 @@ def main(s: Settings, only: list[str] | None) -> int:
     own = not s.tmp
     if own:
         s.tmp = tempfile.mkdtemp(prefix="swfbench-signals-")
-    rows = [run_store(s, store) for store in (only or ["pg", "sqlite"])]
+    rows = []
+    for store in only or ["pg", "sqlite"]:
+        load = os.getloadavg()[0]  # the machine's, before this store's run
+        rows.append({**run_store(s, store), "load": load})
     print(f"timer lateness, idle runner in another process; N={s.n}, spacing {s.spacing} s")
     for r in rows:
-        met = "met" if r["p99_ms"] <= 10.0 else "NOT met"
+        # issue 12's goal: p99 <= 5 ms at a load average of 2 or less
+        met = "met" if r["p99_ms"] <= 5.0 else "NOT met"
         print(
             f"  {r['store']:<6} ({r['concurrency']} threads): p50 {r['p50_ms']:.2f} ms, "
             f"p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.2f} ms, "
-            f"min {r['min_ms']:.2f} ms  (goal p99 <= 10 ms: {met}; "
+            f"min {r['min_ms']:.2f} ms  (load {r['load']:.2f}; goal p99 <= 5 ms: {met}; "
             f"{s.n} starts took {r['create_s']:.2f} s; all parked before the first due "
             f"time: {r['idle_at_first_due']})"
         )

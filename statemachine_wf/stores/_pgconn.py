@@ -19,6 +19,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from functools import cache, lru_cache
 from typing import Any
 
 from ..definition.limits import checked_dumps
@@ -42,11 +43,49 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ._pglive import LiveListener  # needs psycopg: after the check above
 
 log = logging.getLogger("statemachine_wf.postgres")
-# Sent without their whole-line comments: a decision's statement is under psycopg's 4 KiB
-# limit then, so its parsed form is cached instead of re-parsed on every execution
-# (bench/README.md, "Encoding once, a SQLite tail without its SELECT, PostgreSQL without
-# comments").
+# Sent without their whole-line comments: fewer bytes on the wire and in the server's
+# parser (bench/README.md, "Encoding once, a SQLite tail without its SELECT, PostgreSQL
+# without comments").
 Q = {name: without_comment_lines(text) for name, text in queries("postgres").items()}
+# A placeholder psycopg would parse: ``%(name)s``, a literal ``%%``, or any other ``%``.
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%|%.?", re.DOTALL)
+
+
+@lru_cache(maxsize=1024)
+def positional(query: str) -> tuple[bytes, tuple[str, ...]]:
+    """``query`` with ``$1``, ``$2``, ... for its ``%(name)s`` placeholders, and the names.
+
+    Converted once per text and sent through a raw cursor, so no execution parses it again.
+    psycopg caches its own conversion only for texts under 4 KiB: the claim, at 5.5 KiB
+    once it fired timers, was re-parsed on every call (bench/README.md, "The claim
+    parsed once"). A name used twice is one parameter, as in psycopg's conversion.
+    """
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(0) == "%%":
+            return "%"
+        name = match.group(1)
+        if name is None:
+            raise ValueError(f"only %(name)s placeholders are supported, not {match.group(0)!r}")
+        return f"${names.setdefault(name, len(names) + 1)}"
+
+    text = _PLACEHOLDER.sub(number, query)
+    return text.encode(), tuple(names)
+
+
+def execute(
+    conn: psycopg.Connection[Any], query: str, params: dict[str, Any]
+) -> psycopg.Cursor[Any]:
+    """Run ``query`` with its named ``params`` (extra keys are ignored), parsed once."""
+    text, names = positional(query)
+    try:
+        args = [params[name] for name in names]
+    except KeyError as missing:
+        raise psycopg.ProgrammingError(f"query parameter missing: {missing.args[0]}") from None
+    return psycopg.RawCursor(conn, row_factory=conn.row_factory).execute(text, args)
+
+
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MAX_SCHEMA = 63 - len("swf_wake_")
 
@@ -162,6 +201,12 @@ class _Health:
             self.down_since = None
         log.warning("database %s is back after %.1f s", self.where, time.monotonic() - since)
         return True
+
+
+@cache
+def _joined(names: tuple[str, ...]) -> str:
+    """One decision's statement: its named CTE pieces, in order."""
+    return "\n".join(Q[name] for name in names)
 
 
 def _jsonb(value: Any) -> Jsonb:
@@ -363,15 +408,13 @@ class PgConnections(SqlStore):
     def _run(
         self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]
     ) -> psycopg.Cursor[Any]:
-        return conn.execute(Q[name], params)
+        return execute(conn, Q[name], params)
 
     def _run_decision(
         self, conn: psycopg.Connection[Any], names: Sequence[str], params: dict[str, Any]
     ) -> dict[str, Any] | None:
         # One statement: every CTE after the CAS reads FROM it, so a lost CAS writes nothing.
-        row: dict[str, Any] | None = conn.execute(
-            "\n".join(Q[name] for name in names), params
-        ).fetchone()
+        row: dict[str, Any] | None = execute(conn, _joined(tuple(names)), params).fetchone()
         return row
 
     def _encode(self, value: Any) -> Jsonb:
@@ -397,12 +440,12 @@ class PgConnections(SqlStore):
 
     def _one(self, query: str, params: dict[str, Any]) -> dict[str, Any] | None:
         with self._conn() as conn:
-            row: dict[str, Any] | None = conn.execute(query, params).fetchone()
+            row: dict[str, Any] | None = execute(conn, query, params).fetchone()
             return row
 
     def _all(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         with self._conn() as conn:
-            return list(conn.execute(query, params).fetchall())
+            return list(execute(conn, query, params).fetchall())
 
     def close(self) -> None:
         self._closed.set()
