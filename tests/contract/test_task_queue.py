@@ -17,6 +17,7 @@ from statemachine_wf.core.store import Commit, Store
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores import open_store
 from tests.integration.core.test_store_contract import new
+from tests.unit.core.workflows import ThreeSteps
 
 from .helpers import TYPE, cancelled, claim_one, started
 
@@ -294,3 +295,32 @@ def test_the_claim_after_a_finish_sees_the_lock_it_released(store: Store) -> Non
     )
     assert [c.instance.id for c in claims] == [waiter]
     assert store.lock_holder("k") is None
+
+
+def test_a_continue_renews_the_lease_only_once_half_of_it_is_used(store: Store) -> None:
+    """A fresh lease is kept as the claim set it (on PostgreSQL the task's row is then
+    updated in place, touching no index); one more than half used is renewed in full."""
+    spec = ThreeSteps.spec()
+    claim = started(store)
+    iid = claim.instance.id
+    leased = store.task(iid)
+    assert leased is not None
+    assert 290 < leased.due_at - time.time() <= 300
+    # A continue with the same 300 s lease, 0.3 s in: the lease stays as it was.
+    time.sleep(0.3)
+    d = decide.success(spec, claim.instance.projection(in_flight=True), "first", 1, "second", {})
+    assert isinstance(d.task, decide.Continue)
+    version = store.apply(Commit(iid, claim.instance.version, d, "w", lease=300))
+    task = store.task(iid)
+    assert task is not None
+    assert (task.node, task.attempt, task.in_flight) == ("second", 1, True)
+    assert task.due_at == pytest.approx(leased.due_at, abs=0.002)
+    assert (task.lease_owner, task.lease_token) == ("w", leased.lease_token)
+    # The next continue's lease is 1,000 s: 300 s left is less than half, so it is renewed.
+    d = decide.success(spec, d.state, "second", 1, "third", {})
+    store.apply(Commit(iid, version, d, "w", lease=1000))
+    task = store.task(iid)
+    assert task is not None
+    assert task.node == "third"
+    assert 990 < task.due_at - time.time() <= 1000
+    assert (task.lease_owner, task.lease_token) == ("w", leased.lease_token)

@@ -129,10 +129,16 @@ WITH inst AS (
 )
 
 -- name: apply_continue
+-- The lease is renewed only once half of it is used (the heartbeat renews it too, every
+-- third of it). A lease moved on every step changed due_at, which two of wf_tasks' five
+-- indexes hold, so every step's task update wrote an entry into all five; with due_at
+-- and the other indexed columns unchanged, PostgreSQL updates the row in place (HOT).
 , task AS (
     UPDATE wf_tasks t
     SET node = %(node)s, attempt = %(attempt)s, in_flight = true, failures = %(failures)s,
-        lease_owner = %(worker)s, due_at = now() + %(lease)s * interval '1 second'
+        lease_owner = %(worker)s,
+        due_at = CASE WHEN t.due_at < now() + %(lease)s * interval '0.5 second'
+                      THEN now() + %(lease)s * interval '1 second' ELSE t.due_at END
     FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
 )
 SELECT version FROM inst;

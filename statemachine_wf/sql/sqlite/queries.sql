@@ -82,9 +82,12 @@ SELECT :id, 'timer', 'timer', 'null', :timer_token, :timer_due, :now
 WHERE :timer_token IS NOT NULL;
 
 -- name: apply_continue
+-- The lease is renewed only once half of it is used, as PostgreSQL's (where an unchanged
+-- due_at lets the update skip the indexes); the heartbeat renews it too.
 UPDATE wf_tasks
 SET node = :node, attempt = :attempt, in_flight = 1, failures = :failures,
-    lease_owner = :worker, due_at = :now + :lease
+    lease_owner = :worker,
+    due_at = CASE WHEN due_at < :now + :lease / 2.0 THEN :now + :lease ELSE due_at END
 WHERE instance_id = :id AND slot = '';
 
 -- name: apply_reschedule
