@@ -148,8 +148,12 @@ def main(s: Settings, only: list[str] | None) -> int:
         rows.append({**run_store(s, store), "load": load})
     print(f"timer lateness, idle runner in another process; N={s.n}, spacing {s.spacing} s")
     for r in rows:
-        # issue 12's goal: p99 <= 5 ms at a load average of 2 or less
-        met = "met" if r["p99_ms"] <= 5.0 else "NOT met"
+        # issue 12's goal: p99 <= 5 ms at a load average of 2 or less; above that load the
+        # run says nothing about the goal either way
+        if r["load"] > 2.0:
+            met = "not judged, load above 2"
+        else:
+            met = "met" if r["p99_ms"] <= 5.0 else "NOT met"
         print(
             f"  {r['store']:<6} ({r['concurrency']} threads): p50 {r['p50_ms']:.2f} ms, "
             f"p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.2f} ms, "
