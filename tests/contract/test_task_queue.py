@@ -46,6 +46,12 @@ def test_claims_take_state_machine_tasks_of_their_types_when_due(store: Store) -
     assert store.next_due(types=["c.other.v1"]) == 0
     assert store.next_due(types=["c.nobody.v1"]) is None
     assert store.next_due(types=[], dag_types=["c.other.v1"]) is None  # not a DAG task
+    # A runner of one kind asks with the other kind's list empty: the same answers.
+    assert store.next_due(types=["c.other.v1"], dag_types=[]) == 0
+    machine_only = store.next_due(types=[TYPE], dag_types=[])
+    assert machine_only is not None
+    assert 3000 < machine_only <= 3600
+    assert store.next_due(types=[], dag_types=[]) is None
     [claim] = store.claim(worker="w", types=["c.other.v1"], lease=300)
     assert claim.instance.id == other
     assert later not in {claim.instance.id}
