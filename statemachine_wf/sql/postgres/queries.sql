@@ -537,9 +537,9 @@ WHERE (%(any_status)s OR status = ANY(%(status)s))
 SELECT extract(epoch FROM (swf_first_due(%(types)s::text[], NULL) - now()))::float8 AS wait;
 
 -- name: next_due_kinds
--- A kind with no types is not asked: a runner hosts state machines only, or DAGs only, as
--- often as both, and each call of swf_first_due costs about as much as the statement
--- around it (least() passes over the NULL).
+-- A kind with no types is not asked (a runner of state machines only, or of DAGs only):
+-- a call of swf_first_due costs about as much as the rest of the statement. least()
+-- passes over the NULL.
 SELECT extract(epoch FROM (least(
            CASE WHEN cardinality(%(types)s::text[]) > 0
                 THEN swf_first_due(%(types)s::text[], 'machine') END,
