@@ -47,6 +47,15 @@ log = logging.getLogger("statemachine_wf.postgres")
 # parser (bench/README.md, "Encoding once, a SQLite tail without its SELECT, PostgreSQL
 # without comments").
 Q = {name: without_comment_lines(text) for name, text in queries("postgres").items()}
+# The statements marked "-- plan: scans" (the operator's counts and listings, retention):
+# planned with sequential scans allowed. Every other one reaches its rows by key, on
+# connections that price sequential scans out (docs/architecture.md, "Plans made on a
+# small table").
+SCANS = frozenset(
+    name
+    for name, text in queries("postgres").items()
+    if "-- plan: scans" in (line.strip() for line in text.splitlines())
+)
 # A placeholder psycopg would parse: ``%(name)s``, a literal ``%%``, or any other ``%``.
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%|%.?", re.DOTALL)
 
@@ -287,7 +296,7 @@ class PgConnections(SqlStore):
             kwargs={
                 "autocommit": True,
                 "row_factory": dict_row,
-                "options": f"-c search_path={schema}",
+                "options": f"-c search_path={schema} -c enable_seqscan=off",
             },
             configure=self._configured,
             open=False,
@@ -408,7 +417,11 @@ class PgConnections(SqlStore):
     def _run(
         self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]
     ) -> psycopg.Cursor[Any]:
-        return execute(conn, Q[name], params)
+        if name not in SCANS:
+            return execute(conn, Q[name], params)
+        with conn.transaction():  # SET LOCAL: until this transaction (or the caller's) ends
+            conn.execute("SET LOCAL enable_seqscan = on")
+            return execute(conn, Q[name], params)
 
     def _run_decision(
         self, conn: psycopg.Connection[Any], names: Sequence[str], params: dict[str, Any]

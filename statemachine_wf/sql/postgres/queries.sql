@@ -1,6 +1,12 @@
 -- Named queries for the PostgreSQL store. One statement per decision: the CTEs below
 -- write the instance (version-checked), the events and the task in one round trip.
 -- Parameters are %(name)s; nothing is formatted into SQL.
+--
+-- The store's connections run with enable_seqscan = off: a statement's plan is made once
+-- per connection and kept, and one made while a table was small (a fresh schema, a quiet
+-- hour) read the whole table on every call once it had grown, until autovacuum's next
+-- ANALYZE. A query marked "-- plan: scans" (the operator's counts and listings,
+-- retention) runs with sequential scans allowed, in a transaction of its own.
 
 -- name: create
 WITH ins AS (
@@ -269,11 +275,13 @@ WHERE instance_id = %(instance_id)s AND state = 'pending' AND due_at <= now()
 ORDER BY due_at, id;
 
 -- name: signals_list
+-- plan: scans
 SELECT * FROM wf_signals
 WHERE (%(instance_id)s::uuid IS NULL OR instance_id = %(instance_id)s::uuid)
 ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: signal_counts
+-- plan: scans
 SELECT state, count(*) AS n FROM wf_signals
 WHERE (%(instance_id)s::uuid IS NULL OR instance_id = %(instance_id)s::uuid)
 GROUP BY state;
@@ -514,9 +522,11 @@ WITH released AS (
 SELECT pg_notify(%(channel)s, 'release');
 
 -- name: active
+-- plan: scans
 SELECT * FROM wf_instances WHERE status IN ('RUNNING', 'STALLED') ORDER BY created_at;
 
 -- name: list_instances
+-- plan: scans
 -- %(status)s is ignored when %(any_status)s; %(pattern)s a LIKE prefix (store.like_prefix).
 SELECT * FROM wf_instances
 WHERE (%(any_status)s OR status = ANY(%(status)s))
@@ -525,6 +535,7 @@ WHERE (%(any_status)s OR status = ANY(%(status)s))
 ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: count_instances
+-- plan: scans
 SELECT count(*) AS n FROM wf_instances
 WHERE (%(any_status)s OR status = ANY(%(status)s))
   AND (%(pattern)s::text IS NULL OR type LIKE %(pattern)s)
@@ -552,6 +563,7 @@ INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
 VALUES (%(instance_id)s, %(envelope)s, %(reason)s, %(worker)s);
 
 -- name: dead_letters
+-- plan: scans
 SELECT * FROM wf_dead_letters ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: quarantine
@@ -630,11 +642,13 @@ SELECT (SELECT count(*) FROM rel) AS released, (SELECT count(*) FROM woke) AS wo
 SELECT holder FROM wf_locks WHERE key = %(key)s;
 
 -- name: locks_held
+-- plan: scans
 -- %(pattern)s a LIKE prefix (store.like_prefix) or NULL.
 SELECT key, holder, extract(epoch FROM since)::float8 AS since FROM wf_locks
 WHERE %(pattern)s::text IS NULL OR key LIKE %(pattern)s ORDER BY key;
 
 -- name: lock_waiters
+-- plan: scans
 -- Only waiters that can still take the lock: an ended instance's row stays until deleted.
 SELECT w.key, w.instance_id, extract(epoch FROM w.since)::float8 AS since
 FROM wf_lock_waiters w JOIN wf_instances i ON i.id = w.instance_id
@@ -847,19 +861,24 @@ WHERE name = %(name)s AND (%(version)s::int IS NULL OR version = %(version)s)
 ORDER BY version DESC LIMIT 1;
 
 -- name: dag_definitions
+-- plan: scans
 SELECT name, max(version) AS version FROM wf_dag_definitions GROUP BY name ORDER BY name;
 
 -- name: dag_instances_of
+-- plan: scans
 SELECT count(*) AS n FROM wf_dag_runs WHERE name = %(name)s AND NOT test;
 
 -- name: dag_delete_instances_of
+-- plan: scans
 DELETE FROM wf_instances
 WHERE id IN (SELECT instance_id FROM wf_dag_runs WHERE name = %(name)s AND NOT test);
 
 -- name: dag_delete_definition
+-- plan: scans
 DELETE FROM wf_dag_definitions WHERE name = %(name)s;
 
 -- name: dag_delete_test_run
+-- plan: scans
 DELETE FROM wf_instances
 WHERE id = %(id)s AND id IN (SELECT instance_id FROM wf_dag_runs WHERE test)
 RETURNING id;
@@ -871,6 +890,7 @@ INSERT INTO wf_types (type, registered_by) VALUES (%(type)s, %(by)s)
 ON CONFLICT (type) DO UPDATE SET registered_by = excluded.registered_by, updated_at = now();
 
 -- name: registered_types
+-- plan: scans
 SELECT type FROM wf_types ORDER BY type;
 
 -- name: register_dag_type
@@ -878,6 +898,7 @@ INSERT INTO wf_dag_types (type, registered_by) VALUES (%(type)s, %(by)s)
 ON CONFLICT (type) DO UPDATE SET registered_by = excluded.registered_by, updated_at = now();
 
 -- name: registered_dag_types
+-- plan: scans
 SELECT type FROM wf_dag_types ORDER BY type;
 
 -- name: dead_letter_get
@@ -900,6 +921,7 @@ WITH gone AS (
 SELECT id FROM gone;
 
 -- name: purge_batch
+-- plan: scans
 -- Locked, then deleted: a row that an operator made active again (retry) in between is
 -- re-checked under the lock and skipped. Events, tasks and DAG runs go by cascade.
 WITH doomed AS (
@@ -915,6 +937,7 @@ DELETE FROM wf_instances i USING doomed d WHERE i.id = d.id
 RETURNING i.id;
 
 -- name: soft_purge_batch
+-- plan: scans
 WITH doomed AS (
     SELECT id FROM wf_instances
     WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND deleted_at IS NULL
@@ -941,6 +964,7 @@ RETURNING token;
 DELETE FROM wf_live_watches WHERE token = %(token)s;
 
 -- name: live_sweep
+-- plan: scans
 -- Registrations left by a watcher that died: kept until their instance ends, then gone.
 DELETE FROM wf_live_watches w USING wf_instances i
 WHERE i.id = w.instance_id AND i.status IN ('COMPLETED', 'FAILED', 'CANCELLED');
@@ -962,6 +986,7 @@ ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = now()
 WHERE wf_settings.value IS DISTINCT FROM excluded.value;
 
 -- name: purge_dead_letters_batch
+-- plan: scans
 -- Every letter older than the age goes, redriven or not (docs/architecture.md).
 WITH doomed AS (
     SELECT id FROM wf_dead_letters
@@ -974,6 +999,7 @@ DELETE FROM wf_dead_letters d USING doomed WHERE d.id = doomed.id
 RETURNING d.id;
 
 -- name: page_instances
+-- plan: scans
 -- The dashboard's keyset page, newest first: rows strictly older than the row %(after)s
 -- (by created_at, then id; the first page when it is NULL), one range of
 -- wf_instances_recent. %(status)s is ignored when %(any_status)s; %(pattern)s a LIKE
@@ -999,9 +1025,11 @@ SELECT * FROM wf_instances WHERE idempotency_key = %(ident)s AND (%(deleted)s OR
 ORDER BY created_at DESC, id DESC;
 
 -- name: status_counts
+-- plan: scans
 SELECT status, count(*) AS n FROM wf_instances WHERE deleted_at IS NULL GROUP BY status;
 
 -- name: queue_depth
+-- plan: scans
 -- Per task type and kind: tasks due (ready to claim), leased, and due later.
 SELECT type, kind,
        count(*) FILTER (WHERE due_at <= now()) AS ready,
@@ -1010,6 +1038,7 @@ SELECT type, kind,
 FROM wf_tasks GROUP BY type, kind ORDER BY type, kind;
 
 -- name: workers
+-- plan: scans
 -- Every worker that holds a lease that has not run out: how many, the latest moment its
 -- leases run to, and the last heartbeat logged (heartbeat_at; NULL until one is).
 SELECT lease_owner AS worker, count(*) AS leases,
@@ -1019,6 +1048,7 @@ FROM wf_tasks WHERE lease_owner IS NOT NULL AND due_at > now()
 GROUP BY lease_owner ORDER BY lease_owner;
 
 -- name: throughput
+-- plan: scans
 -- Instances created since %(since)s, per %(bucket)s seconds of their creation (a range of
 -- wf_instances_recent), and of those how many have finished, per bucket of their finish.
 SELECT floor(extract(epoch FROM created_at)::float8 / %(bucket)s::float8) * %(bucket)s::float8 AS at,
@@ -1032,4 +1062,5 @@ FROM wf_instances WHERE created_at >= to_timestamp(%(since)s::float8)
 GROUP BY 1 ORDER BY 1;
 
 -- name: dead_letter_counts
+-- plan: scans
 SELECT count(*) AS total, count(*) - count(redriven_at) AS waiting FROM wf_dead_letters;
