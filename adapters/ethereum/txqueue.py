@@ -40,7 +40,7 @@ past their fee cap (``FeeCapTooLow``: a node evicts such a transaction from its 
 replaced the same way instead of being sent again.
 
 A node that keeps dropping the same transaction is not fed it forever: every re-broadcast
-of recorded bytes is itself recorded first (``resent_N``: the hash and the time), and once
+of recorded bytes is itself recorded once sent (``resent_N``: the hash and the time), and once
 a hash has been re-broadcast ``max_rebroadcasts`` times (default 3) and the node has lost
 it again, the step is STALLED (code ``tx_dropped``, the hash and the count in the
 message). A STALLED instance keeps its slot (a transaction of its nonce may still be in
@@ -528,9 +528,14 @@ class TxQueue:
             latest.nonce,
             times + 1,
         )
-        # Write-ahead, as for a first send: the count survives a crash right after.
-        ctx.save(**{slot: Resend(tx_hash=latest.tx_hash, at=self._clock()).model_dump()})
+        # Counted once sent, unlike a first send (whose bytes must be durable before the
+        # node sees them): these bytes are recorded already, so sending them again is
+        # harmless, and the bound is on what the node lost. Written ahead, a re-broadcast
+        # that a crash cut short before it went out counted as one the node lost, and
+        # after max_rebroadcasts such crashes the step STALLED with tx_dropped where an
+        # uncrashed run completed (found by tests/property/test_chain_workflow.py).
         self._broadcast(ctx, latest)
+        ctx.save(**{slot: Resend(tx_hash=latest.tx_hash, at=self._clock()).model_dump()})
 
     def _broadcast(self, ctx: Ctx, record: TxRecord) -> None:
         _BROADCASTS.mark(record.tx_hash, self._clock())

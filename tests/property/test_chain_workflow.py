@@ -8,6 +8,7 @@ was called at most once, and a COMPLETED instance's effect is on chain.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
@@ -17,7 +18,8 @@ from statemachine_wf import InstanceRecord
 from statemachine_wf.adapters.ethereum.fake import FakeChain, FakeRevert
 from statemachine_wf.adapters.ethereum.steps import ContractCall, TxProgress, view_check
 from statemachine_wf.adapters.ethereum.types import Address, Bytes32, b32
-from statemachine_wf.testing import WorkflowStateMachine, always, check_workflow
+from statemachine_wf.stores.sqlite import SQLiteStore
+from statemachine_wf.testing import Stepper, WorkflowStateMachine, always, check_workflow
 
 REGISTRY = "0x000000000000000000000000000000000000BEEF"
 
@@ -117,3 +119,34 @@ def test_check_workflow_on_the_fake_chain() -> None:
         reconcile_outcome=always(),
         max_examples=10,
     )
+
+
+def test_rebroadcasts_cut_short_by_crashes_do_not_stall_the_step(tmp_path: Path) -> None:
+    """The case hypothesis found, fixed: SUBMIT_ONCHAIN crashes right after its first
+    write, attempt after attempt (after recording tx_1, then after recording each
+    re-broadcast, before sending it). Counted before they went out, the re-broadcasts
+    reached max_rebroadcasts (3) at the fourth crash and the step STALLED with tx_dropped,
+    where an uncrashed run completed. Counted once sent, the second crash comes after the
+    re-broadcast went out, and the step completes, submitted once."""
+    store = SQLiteStore(str(tmp_path / "swf.db"))
+    store.migrate()
+    deps = world()
+    stepper = Stepper(Submit, store, dependencies=deps)
+    stepper.start(SubmitInput(key="0x" + "01" * 32, signer_address=SIGNER))
+    try:
+        # A crash at every write the workflow makes, each followed by a clean tick (the
+        # reconcile): before the fix, four of them STALLED the step.
+        for _ in range(12):
+            if not stepper.active:
+                break
+            result = stepper.tick(crash="after_save")
+            if result.crashed is not None:
+                assert result.step == "SUBMIT_ONCHAIN"
+                stepper.tick()
+        assert stepper.crashes >= 2  # tx_1 recorded, then a re-broadcast recorded
+        final = stepper.run_to_end()
+    finally:
+        stepper.close()
+        store.close()
+    assert final.status == "COMPLETED", final.error
+    assert len(deps["eth"].sent("submit")) == 1
