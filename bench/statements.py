@@ -54,6 +54,18 @@ class _Counted:
             lambda: decide(conn, names, params),
         )
 
+        fused = store._finish_then_claim  # PostgreSQL: a finish and a claim, one statement
+
+        def counted_fused(conn: Any, names: Any, params: Any) -> Any:
+            name = "+".join(n.replace("apply_", "") for n in names) + "+claim"
+            done, claimed = timed(name, conn, lambda: fused(conn, names, params))
+            if done is not None and claimed is not None:
+                got = "got work" if claimed else "empty"
+                self._count(f"claim in a finish, {got}")
+            return done, claimed
+
+        store._finish_then_claim = counted_fused
+
         def counted_claim(**kw: Any) -> Any:
             got = claim(**kw)
             self._count("claim, empty" if not got else "claim, got work")

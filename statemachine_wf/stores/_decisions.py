@@ -109,11 +109,29 @@ class SqlStore(SqlReads):
         worker = commit.worker
         if worker is None:
             raise ValueError("apply_and_claim: the commit names no worker to claim for")
-        if not self.one_writer:  # two statements, each its own commit (see one_writer)
+
+        def params() -> dict[str, Any]:
+            return self._claim_params(types, worker, lease, 1, incarnation)
+
+        if not self.one_writer:
             # The claim is under way from the decision on: a start's notification that
             # arrives meanwhile is covered by this claim (Wakeup.notify).
-            with self._wakeup.claiming(types):
-                version = self.apply(commit)
+            with self._wakeup.claiming(types) as sent:
+                if isinstance(commit.decision.task, Finish):
+                    # One statement: the finish's CTEs, then the claim's (see
+                    # _finish_then_claim). Its snapshot is the statement's: what the
+                    # finish makes due (a lock waiter, a parent) is left to the
+                    # notification it sends.
+                    sent()
+                    version, claimed = self._apply(commit, params)
+                    if claimed is not None:
+                        return version, self._claims(claimed, worker, lease, incarnation)
+                    # The finish made a task due (a lock waiter, a parent): the claim
+                    # after it must see that, so it is a statement of its own.
+                    return version, self.claim(
+                        worker=worker, types=types, lease=lease, incarnation=incarnation
+                    )
+                version = self.apply(commit)  # two statements, each its own commit
                 return version, self.claim(
                     worker=worker, types=types, lease=lease, incarnation=incarnation
                 )
@@ -121,27 +139,31 @@ class SqlStore(SqlReads):
         # lost CAS rolls both back, and no claim is left leased to a worker that raises.
         # The claim's parameters are made after the decision's: its `now` (SQLite's clock)
         # must not be earlier than the due time the finish gave a lock waiter it woke.
-        version, claimed = self._apply(
-            commit, lambda: self._claim_params(types, worker, lease, 1, incarnation)
-        )
-        return version, self._claims(claimed, worker, lease, incarnation)
+        version, claimed = self._apply(commit, params)
+        return version, self._claims(claimed or [], worker, lease, incarnation)
 
     def _apply(
         self, commit: Commit, claim: Callable[[], dict[str, Any]] | None
-    ) -> tuple[int, list[tuple[Row, Any, Any]]]:
+    ) -> tuple[int, list[tuple[Row, Any, Any]] | None]:
         """Write ``commit``; then, in the same transaction, claim with ``claim()``'s
-        parameters (the claim's rows)."""
-        claimed: list[tuple[Row, Any, Any]] = []
+        parameters (the claim's rows; None: PostgreSQL's finish made a task due, and its
+        statement claimed nothing)."""
+        claimed: list[tuple[Row, Any, Any]] | None = []
         # The parameters (the JSON encoding) before the connection: SQLite's writes queue
         # on one writer lock, and all the work done while holding it is everybody's wait.
         names, params = self._apply_plan(
             commit.instance_id, commit.version, commit.decision, commit.worker, commit.lease
         )
+        # PostgreSQL's claim after a finish is part of the finish's statement.
+        fused = claim is not None and not self.one_writer
         try:
-            with self._statement() if claim is None else self._transaction() as conn:
-                row = self._run_decision(conn, names, params)
-                if row is not None and claim is not None:
-                    claimed = self._claim_rows(conn, claim())
+            with self._statement() if claim is None or fused else self._transaction() as conn:
+                if fused and claim is not None:
+                    row, claimed = self._finish_then_claim(conn, names, {**params, **claim()})
+                else:
+                    row = self._run_decision(conn, names, params)
+                    if row is not None and claim is not None:
+                        claimed = self._claim_rows(conn, claim())
         except ConcurrencyConflict:
             # The unique index refused a duplicate once-per-attempt event: somebody else
             # already wrote this decision. Nothing was written; as a lost CAS.
@@ -291,11 +313,25 @@ class SqlStore(SqlReads):
 
     def _claim_rows(self, conn: Any, params: dict[str, Any]) -> list[tuple[Row, Any, Any]]:
         """Run the claim on ``conn``: each leased task's row, its instance and signals."""
+        return self._claimed_rows(conn, self._run(conn, "claim", params).fetchall())
+
+    def _claimed_rows(self, conn: Any, rows: Sequence[Row]) -> list[tuple[Row, Any, Any]]:
+        """Each leased task's row of a claim's ``rows``, its instance and signals (a row
+        whose task is NULL leased nothing: PostgreSQL's claim returns one when empty)."""
         claimed = []
-        for row in self._run(conn, "claim", params).fetchall():
-            raw = self._claimed_instance(conn, row)
-            claimed.append((row, raw, self._claimed_signals(conn, row, raw)))
+        for row in rows:
+            if row["id"] is not None:
+                raw = self._claimed_instance(conn, row)
+                claimed.append((row, raw, self._claimed_signals(conn, row, raw)))
         return claimed
+
+    def _finish_then_claim(
+        self, conn: Any, names: Sequence[str], params: dict[str, Any]
+    ) -> tuple[Row | None, list[tuple[Row, Any, Any]] | None]:
+        """A finish and the claim after it as one statement (PostgreSQL): the finish's
+        row (None: its CAS was lost, and nothing was claimed) and the claim's rows (None:
+        the finish made a task due, and nothing was claimed)."""
+        raise NotImplementedError
 
     def _claims(
         self, claimed: list[tuple[Row, Any, Any]], worker: str, lease: float, incarnation: str

@@ -218,6 +218,18 @@ def _joined(names: tuple[str, ...]) -> str:
     return "\n".join(Q[name] for name in names)
 
 
+@cache
+def _then_claim(names: tuple[str, ...]) -> str:
+    """A finish's statement with the claim after it: the finish without its closing
+    SELECT, then the claim's CTEs, whose ``done`` is the finish's where the claim alone
+    has a row of NULLs (queries.sql: ``apply_finish``, ``claim``)."""
+    head, end, _ = _joined(names).rpartition("\nSELECT version, notified FROM done")
+    _, start, tail = Q["claim"].partition("\n), held AS (")
+    if not (end and start):
+        raise AssertionError("queries.sql: the finish or the claim no longer fit together")
+    return f"{head}\n, held AS ({tail}"
+
+
 def _jsonb(value: Any) -> Jsonb:
     """A jsonb parameter, checked and encoded by the check both stores share
     (:func:`~statemachine_wf.definition.limits.checked_dumps`): DataRejected for what no store
@@ -429,6 +441,17 @@ class PgConnections(SqlStore):
         # One statement: every CTE after the CAS reads FROM it, so a lost CAS writes nothing.
         row: dict[str, Any] | None = execute(conn, _joined(tuple(names)), params).fetchone()
         return row
+
+    def _finish_then_claim(
+        self, conn: psycopg.Connection[Any], names: Sequence[str], params: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, list[tuple[dict[str, Any], Any, Any]] | None]:
+        # One row at least when the finish's CAS held (its `done` row, LEFT JOINed to what
+        # was claimed); none when it was lost, and then nothing was claimed either.
+        rows = execute(conn, _then_claim(tuple(names)), params).fetchall()
+        if not rows:
+            return None, []
+        done = {"version": rows[0]["done_version"]}
+        return done, None if rows[0]["made_due"] else self._claimed_rows(conn, rows)
 
     def _encode(self, value: Any) -> Jsonb:
         return _jsonb(value)

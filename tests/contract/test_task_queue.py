@@ -275,6 +275,26 @@ def test_a_finish_whose_cas_is_lost_claims_nothing(store: Store) -> None:
     assert [c.instance.id for c in store.claim(worker="w2", types=[TYPE], lease=300)] == [after]
 
 
+def test_a_finish_never_claims_its_own_task_whose_lease_ran_out(store: Store) -> None:
+    """The ending instance's task is due again (lease 0) and first in the claim's order;
+    the finish deletes it, and the claim after the finish takes the next one. PostgreSQL
+    runs both in one statement, whose snapshot still holds that task: it is excluded."""
+    mine = new(store)
+    [claim] = store.claim(worker="w", types=[TYPE], lease=0)  # run out at once
+    assert claim.instance.id == mine
+    after = new(store)
+    d = decide.cancel(claim.instance.projection(in_flight=True), leased=False)
+    version, claims = store.apply_and_claim(
+        Commit(mine, claim.instance.version, d, "w"), types=[TYPE], lease=300
+    )
+    assert [c.instance.id for c in claims] == [after]
+    ended = store.get(mine)
+    assert ended is not None
+    assert (ended.version, ended.status) == (version, Status.CANCELLED)
+    assert store.task(mine) is None
+    assert Ev.STEP_STARTED not in [e.event_type for e in store.events(mine)][2:]
+
+
 def test_a_finish_with_nothing_due_claims_nothing(store: Store) -> None:
     done = started(store)
     new(store, delay=3600)  # not due

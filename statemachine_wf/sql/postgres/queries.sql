@@ -216,14 +216,24 @@ SELECT version, pg_notify(%(channel)s, type) FROM inst;
     FROM inst
     WHERE t.instance_id = inst.parent_id AND t.slot = inst.parent_node
     RETURNING t.lease_owner IS NULL AS due
+), done AS (
+    -- Notify only when this commit made another task due: NOTIFY takes a database-wide
+    -- lock held until the commit is flushed, so a notify on every finish serialises the
+    -- commits of every runner (docs/architecture.md, "Waking up").
+    --
+    -- `done` is also what a claim made in this statement reads (_then_claim in
+    -- _pgconn.py): the instance that ended is never taken, nothing is on a lost CAS (no
+    -- row), and nothing is when this commit made a task due (`made_due`): the statement's
+    -- snapshot does not hold that task's new due time, and the claim that follows a
+    -- finish takes the lock waiter the finish woke. The store then claims on its own.
+    SELECT d.id, d.version, d.made_due,
+           CASE WHEN d.made_due THEN pg_notify(%(channel)s, 'finish') END AS notified
+    FROM (SELECT inst.id, inst.version,
+                 EXISTS (SELECT 1 FROM woke) OR EXISTS (SELECT 1 FROM parent WHERE due)
+                     AS made_due
+          FROM inst) AS d
 )
--- Notify only when this commit made another task due: NOTIFY takes a database-wide lock
--- held until the commit is flushed, so a notify on every finish serialises the commits of
--- every runner (docs/architecture.md, "Waking up").
-SELECT version,
-       CASE WHEN EXISTS (SELECT 1 FROM woke) OR EXISTS (SELECT 1 FROM parent WHERE due)
-            THEN pg_notify(%(channel)s, 'finish') END AS notified
-FROM inst;
+SELECT version, notified FROM done;
 
 -- name: apply_keep
 SELECT version FROM inst;
@@ -296,7 +306,12 @@ GROUP BY state;
 -- order, skipping rows a racing claim holds and re-checking under the lock that each is
 -- still due. The `+ 16` is the slack for those races: a claim whose candidates were all
 -- taken by others comes back empty, and its runner, finding work due, claims again.
-WITH held AS (
+WITH done AS (
+    -- What a finish earlier in the same statement did (apply_finish's `done`): alone,
+    -- the claim has one row that excludes nothing.
+    SELECT NULL::uuid AS id, NULL::integer AS version, false AS made_due,
+           NULL::text AS notified
+), held AS (
     -- From each holder to its task (LATERAL: never a walk of the due index probing
     -- wf_locks per task, which reads the whole due backlog; the EXPLAIN test holds it).
     -- By the whole unique key (a state machine's task is slot ''), so it is the one
@@ -331,9 +346,11 @@ WITH held AS (
     -- racing claims). The lock re-checks that each is still due.
     SELECT t.id
     FROM (SELECT * FROM cand ORDER BY rank, priority, due_at OFFSET 0) AS c
+    CROSS JOIN done
     CROSS JOIN LATERAL (
         SELECT w.id FROM wf_tasks w
         WHERE w.id = c.id AND w.due_at <= now()
+          AND w.instance_id IS DISTINCT FROM done.id AND NOT done.made_due
         FOR UPDATE SKIP LOCKED
     ) AS t
     ORDER BY c.rank, c.priority, c.due_at
@@ -438,8 +455,10 @@ SELECT c.*, true AS leased, to_jsonb(b) AS instance,
        -- Another candidate was due (not one of these): whether the runner wakes one more
        -- worker. Without it every claim woke one, which mostly claimed nothing and asked
        -- next_due. One that a racing claim takes counts too: a wake-up too many is harmless.
-       EXISTS (SELECT 1 FROM cand WHERE cand.id NOT IN (SELECT id FROM picked)) AS more
-FROM claimed c LEFT JOIN bumped b ON b.id = c.instance_id;
+       EXISTS (SELECT 1 FROM cand WHERE cand.id NOT IN (SELECT id FROM picked)) AS more,
+       -- After a finish, its row even when nothing was claimed (then the rest is NULL).
+       d.version AS done_version, d.made_due, d.notified
+FROM done d LEFT JOIN (claimed c LEFT JOIN bumped b ON b.id = c.instance_id) ON true;
 
 -- name: claim_instance_lock
 SELECT t.*, i.status AS instance_status

@@ -8,6 +8,7 @@ import threading
 from collections import Counter
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from statemachine_wf import (
@@ -21,6 +22,7 @@ from statemachine_wf import (
     Workflow,
     step,
 )
+from statemachine_wf.core import decide
 from statemachine_wf.core.store import Claim, Commit
 from statemachine_wf.definition.events import Ev
 
@@ -127,3 +129,40 @@ def test_a_stopping_runner_claims_nothing_in_its_last_finish(store: Store) -> No
     assert task is not None
     assert not task.leased
     assert counting.calls["finish took"] == 0
+
+
+@pytest.mark.postgres
+def test_postgres_finishes_and_claims_in_one_statement(pg_schema: str) -> None:
+    """PostgreSQL: the finish and the claim after it are one statement, so one transaction:
+    the ended instance's last event and the claimed instance's STEP_STARTED carry the same
+    transaction time (``now()``). Two statements would give two times."""
+    import psycopg
+
+    from statemachine_wf.stores.postgres import PostgresStore
+    from tests.plugins.stores import PG_DSN
+
+    store = PostgresStore(PG_DSN, schema=pg_schema)
+    try:
+        client = Client(store, workflows=[Two])
+        ending = client.start(Two, In(n=1))
+        [claim] = store.claim(worker="w", types=[Two.workflow_type], lease=300)
+        assert claim.instance.id == ending
+        after = client.start(Two, In(n=2))
+        d = decide.cancel(claim.instance.projection(in_flight=True), leased=False)
+        _, claims = store.apply_and_claim(
+            Commit(ending, claim.instance.version, d, "w"), types=[Two.workflow_type], lease=300
+        )
+        assert [c.instance.id for c in claims] == [after]
+    finally:
+        store.close()
+    with psycopg.connect(PG_DSN, options=f"-c search_path={pg_schema}") as conn:
+        times = conn.execute(
+            "SELECT instance_id::text, event_type, created_at FROM wf_events"
+            " WHERE (instance_id = %s AND seq = (SELECT max(seq) FROM wf_events"
+            "                                   WHERE instance_id = %s))"
+            "    OR (instance_id = %s AND event_type = %s)",
+            (ending, ending, after, Ev.STEP_STARTED),
+        ).fetchall()
+    by = {(row[0], row[1]): row[2] for row in times}
+    assert set(by) == {(ending, Ev.CANCELLED), (after, Ev.STEP_STARTED)}
+    assert by[(ending, Ev.CANCELLED)] == by[(after, Ev.STEP_STARTED)]
