@@ -117,21 +117,19 @@ class SqlStore(SqlReads):
             # The claim is under way from the decision on: a start's notification that
             # arrives meanwhile is covered by this claim (Wakeup.notify).
             with self._wakeup.claiming(types) as sent:
+                claimed = None
                 if isinstance(commit.decision.task, Finish):
                     # One statement: the finish's CTEs, then the claim's (see
-                    # _finish_then_claim). Its snapshot is the statement's: what the
-                    # finish makes due (a lock waiter, a parent) is left to the
-                    # notification it sends.
+                    # _finish_then_claim).
                     sent()
                     version, claimed = self._apply(commit, params)
-                    if claimed is not None:
-                        return version, self._claims(claimed, worker, lease, incarnation)
-                    # The finish made a task due (a lock waiter, a parent): the claim
-                    # after it must see that, so it is a statement of its own.
-                    return version, self.claim(
-                        worker=worker, types=types, lease=lease, incarnation=incarnation
-                    )
-                version = self.apply(commit)  # two statements, each its own commit
+                else:
+                    version = self.apply(commit)
+                if claimed is not None:
+                    return version, self._claims(claimed, worker, lease, incarnation)
+                # Not a finish, or a finish that made a task due (a lock waiter, a
+                # parent), which its statement's snapshot does not hold: the claim is a
+                # statement of its own, and sees it.
                 return version, self.claim(
                     worker=worker, types=types, lease=lease, incarnation=incarnation
                 )
@@ -155,11 +153,11 @@ class SqlStore(SqlReads):
             commit.instance_id, commit.version, commit.decision, commit.worker, commit.lease
         )
         # PostgreSQL's claim after a finish is part of the finish's statement.
-        fused = claim is not None and not self.one_writer
+        fused = None if claim is None or self.one_writer else claim
         try:
             with self._statement() if claim is None or fused else self._transaction() as conn:
-                if fused and claim is not None:
-                    row, claimed = self._finish_then_claim(conn, names, {**params, **claim()})
+                if fused is not None:
+                    row, claimed = self._finish_then_claim(conn, names, {**params, **fused()})
                 else:
                     row = self._run_decision(conn, names, params)
                     if row is not None and claim is not None:
