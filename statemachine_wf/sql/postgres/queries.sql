@@ -344,14 +344,22 @@ WITH done AS (
     -- with 2,000 due), and the sorted, fenced subquery keeps the rows it locks to the
     -- ones it takes (sorted after the join, it locked all the candidates, starving the
     -- racing claims). The lock re-checks that each is still due.
+    --
+    -- The instance's row is locked before the task's, and a busy one is passed over: a
+    -- commit locks its instance row first and its task row second, so a claim that held
+    -- the task and waited for the instance (to bump its version, below) was the other half
+    -- of a deadlock with the finish of a lease that ran out (PostgreSQL broke it after
+    -- deadlock_timeout, with an error on one side). Passed over, the task stays due for
+    -- the next claim (`more` says so). The DAG claim does the same (migration 018).
     SELECT t.id
     FROM (SELECT * FROM cand ORDER BY rank, priority, due_at OFFSET 0) AS c
     CROSS JOIN done
     CROSS JOIN LATERAL (
-        SELECT w.id FROM wf_tasks w
+        SELECT w.id FROM wf_tasks w JOIN wf_instances i ON i.id = w.instance_id
         WHERE w.id = c.id AND w.due_at <= now()
           AND w.instance_id IS DISTINCT FROM done.id AND NOT done.made_due
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE OF i SKIP LOCKED
+        FOR UPDATE OF w SKIP LOCKED
     ) AS t
     ORDER BY c.rank, c.priority, c.due_at
     LIMIT %(limit)s
@@ -461,6 +469,11 @@ SELECT c.*, true AS leased, to_jsonb(b) AS instance,
 FROM done d LEFT JOIN (claimed c LEFT JOIN bumped b ON b.id = c.instance_id) ON true;
 
 -- name: claim_instance_lock
+-- The start-up claim of one instance, in the claim's transaction (which then bumps the
+-- instance's version). The instance's row is locked first and waited for, the task's
+-- then taken unless a claim holds it: a commit locks in the same order (instance, then
+-- task), so this claim never holds the task while it waits for the instance, which was a
+-- deadlock with the finish of a lease that ran out (see `claim`'s `picked`).
 SELECT t.*, i.status AS instance_status
 FROM wf_tasks t JOIN wf_instances i ON i.id = t.instance_id
 WHERE t.instance_id = %(id)s AND t.slot = ''
@@ -468,6 +481,7 @@ WHERE t.instance_id = %(id)s AND t.slot = ''
   AND (t.due_at <= now()
        OR ((i.error->>'code') IS DISTINCT FROM 'quarantined'
            AND (t.in_flight OR i.status = 'STALLED')))
+FOR NO KEY UPDATE OF i
 FOR UPDATE OF t SKIP LOCKED;
 
 -- name: bump_version
