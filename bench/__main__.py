@@ -4,6 +4,8 @@
 ``python -m bench soak [--store sqlite|pg] [--quick]`` (one runner, N workflows: is memory
 flat?), ``python -m bench claimscale`` (a claim's cost against the due backlog),
 ``python -m bench statements [--e2e]`` (statements per workflow, server CPU each),
+``python -m bench replay`` (the store's PostgreSQL statements on one backend, server CPU
+a call beside the raw write's),
 ``python -m bench writers`` (SQLite: processes queued on the file lock or not) and
 ``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
@@ -148,6 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     stmts.add_argument(
         "--dag", choices=("fanout", "chain"), default="", help="N DAG instances, per node"
     )
+    replay = sub.add_parser(
+        "replay", help="PostgreSQL: the store's statements on one backend, server CPU a call"
+    )
+    replay.add_argument("--n", type=int, default=3000, help="calls a statement a round")
+    replay.add_argument("--rounds", type=int, default=3)
+    replay.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
     soak = sub.add_parser(
         "soak", help="N workflows through one runner process: RSS and throughput over time"
     )
@@ -187,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
 
         for kind in [x.strip() for x in args.stores.split(",") if x.strip()]:
             print(st.run(kind, args.n, e2e=args.e2e, concurrency=args.concurrency, dag=args.dag))
+        return 0
+    if args.cmd == "replay":
+        from . import replay as rp
+
+        print(rp.main(args.n, args.rounds, args.dsn))
         return 0
     if args.cmd == "soak":
         from . import soak as sk

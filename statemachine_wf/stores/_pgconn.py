@@ -40,7 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the PostgreSQL store needs the postgres extra: pip install 'statemachine_wf[postgres]'"
     ) from exc
 
-from ._pglive import LiveListener  # needs psycopg: after the check above
+from ._pglive import LiveListener, live_channel  # needs psycopg: after the check above
 
 log = logging.getLogger("statemachine_wf.postgres")
 # Sent without their whole-line comments: fewer bytes on the wire and in the server's
@@ -223,7 +223,7 @@ def _then_claim(names: tuple[str, ...]) -> str:
     """A finish's statement with the claim after it: the finish without its closing
     SELECT, then the claim's CTEs, whose ``done`` is the finish's where the claim alone
     has a row of NULLs (queries.sql: ``apply_finish``, ``claim``)."""
-    head, end, _ = _joined(names).rpartition("\nSELECT version, notified FROM done")
+    head, end, _ = _joined(names).rpartition("\nSELECT version, notified, ")
     _, start, tail = Q["claim"].partition("\n), held AS (")
     if not (end and start):
         raise AssertionError("queries.sql: the finish or the claim no longer fit together")
@@ -284,6 +284,7 @@ class PgConnections(SqlStore):
         self.url = url
         self.schema = schema
         self.channel = f"swf_wake_{schema}"
+        self.live_channel = live_channel(schema)  # what the statements that grow a log notify
         info = psycopg.conninfo.conninfo_to_dict(url)
         self._health = _Health(  # no credentials in the log
             f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/"
@@ -460,8 +461,10 @@ class PgConnections(SqlStore):
         return list(values)
 
     def _params(self, **params: Any) -> dict[str, Any]:
-        # The NOTIFY channel of the statements that make work due; `now` is unused (now()).
-        return {"now": time.time(), "channel": self.channel, **params}
+        # The NOTIFY channels: of the statements that make work due, and of those that grow
+        # a watched instance's log (queries.sql, append_events' `live`); `now` is unused
+        # (now()).
+        return {"now": time.time(), "channel": self.channel, "live": self.live_channel, **params}
 
     def _may_exist(self, instance_id: str) -> bool:
         try:

@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ._pgconn import PgConnections, Q, _jsonb, log  # needs psycopg: after the check above
-from ._pglive import LiveListener, live_channel
+from ._pglive import LiveListener
 
 
 def _sizes(message: str) -> tuple[int, int]:
@@ -87,7 +87,7 @@ class PostgresStore(PgConnections):
             if self._live is None:
                 self._live = LiveListener(
                     self.url,
-                    live_channel(self.schema),
+                    self.live_channel,
                     register=self._live_watch,
                     unregister=self._live_unwatch,
                     sweep=self._live_sweep,
@@ -100,7 +100,12 @@ class PostgresStore(PgConnections):
 
     def _live_unwatch(self, sub: Subscription) -> None:
         try:
-            self._write_count("live_unwatch", token=sub.token)
+            with self._transaction() as conn:
+                gone = self._run(conn, "live_unwatch", self._params(token=sub.token)).fetchone()
+                if gone is not None:  # the flag goes with the instance's last watcher
+                    params = self._params(id=gone["instance_id"])
+                    self._run(conn, "live_unflag_lock", params)
+                    self._run(conn, "live_unflag", params)
         except StoreError as exc:  # the row only costs notifications until it is swept
             log.warning("live: could not unregister watcher of %s: %s", sub.instance_id, exc)
 

@@ -102,7 +102,9 @@ WITH inst AS (
         waiting_until = to_timestamp(%(waiting_until)s::float8),
         version = version + 1, updated_at = now()
     WHERE id = %(id)s AND version = %(version)s
-    RETURNING id, version, type, kind, priority, parent_id, parent_node
+    -- watched: read from the row as this statement updates it, which is the latest one
+    -- (a watcher's registration updates the row too, so the two are ordered by its lock).
+    RETURNING id, version, type, kind, priority, parent_id, parent_node, watched
 )
 
 -- name: append_events
@@ -118,6 +120,18 @@ WITH inst AS (
          WITH ORDINALITY AS e (node, event_type, attempt, payload, error, ord)
     ORDER BY e.ord
     RETURNING seq  -- taken row by row in that order: a DAG commit returns them (dag_tail)
+), live AS (
+    -- Live updates (migration 021): a statement that grows the log of an instance somebody
+    -- watches sends one pg_notify on the schema's live channel, '<instance id> <highest
+    -- seq>' (what migration 008's trigger sent, at a fraction of its cost). `watched` is
+    -- the instance row's flag, which live_watch sets; nothing is sent for an instance
+    -- nobody watches (a NOTIFY serialises commits). The statement's last SELECT reads
+    -- this CTE, or it would not run; dag_tail reads dag_live instead, which also counts
+    -- the sibling it takes.
+    SELECT pg_notify(%(live)s, inst.id::text || ' ' || (SELECT max(seq) FROM ev)::text)
+               AS sent
+    FROM inst
+    WHERE inst.watched AND EXISTS (SELECT 1 FROM ev)
 )
 
 -- name: apply_dead_letter
@@ -147,7 +161,7 @@ WITH inst AS (
                       THEN now() + %(lease)s * interval '1 second' ELSE t.due_at END
     FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
 )
-SELECT version FROM inst;
+SELECT version, (SELECT count(*) FROM live) AS live FROM inst;
 
 -- name: apply_reschedule
 , task AS (
@@ -161,7 +175,7 @@ SELECT version FROM inst;
     SET node = excluded.node, due_at = excluded.due_at, in_flight = excluded.in_flight,
         failures = excluded.failures, lease_owner = NULL
 )
-SELECT version, pg_notify(%(channel)s, type) FROM inst;
+SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS live FROM inst;
 
 -- name: apply_finish
 , task AS (
@@ -233,10 +247,10 @@ SELECT version, pg_notify(%(channel)s, type) FROM inst;
                      AS made_due
           FROM inst) AS d
 )
-SELECT version, notified FROM done;
+SELECT version, notified, (SELECT count(*) FROM live) AS live FROM done;
 
 -- name: apply_keep
-SELECT version FROM inst;
+SELECT version, (SELECT count(*) FROM live) AS live FROM inst;
 
 -- name: apply_signals
 -- The wf_signals side of a decision: settle the rows it read, dead-letter the rejected
@@ -271,7 +285,7 @@ SELECT version FROM inst;
                                 FROM jsonb_array_elements(%(settled)s::jsonb) AS x)))
     FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
 )
-SELECT version, pg_notify(%(channel)s, type) FROM inst;
+SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS live FROM inst;
 
 -- name: signal_insert
 INSERT INTO wf_signals (instance_id, name, payload, token, due_at)
@@ -311,6 +325,9 @@ WITH done AS (
     -- the claim has one row that excludes nothing.
     SELECT NULL::uuid AS id, NULL::integer AS version, false AS made_due,
            NULL::text AS notified
+), live AS (
+    -- Likewise the finish's live notification (append_events): alone, none.
+    SELECT NULL::void AS sent WHERE false
 ), held AS (
     -- From each holder to its task (LATERAL: never a walk of the due index probing
     -- wf_locks per task, which reads the whole due backlog; the EXPLAIN test holds it).
@@ -431,6 +448,14 @@ WITH done AS (
           SELECT b.id, b.step, 'STEP_STARTED', b.step_attempts, '{}'::jsonb, 1
           FROM bumped b WHERE b.fast) AS e
     ORDER BY e.id, e.ord
+    RETURNING instance_id, seq
+), started_live AS (
+    -- The claimed instances' live notifications (see append_events' `live`): `bumped`
+    -- returns each instance row as this statement updated it.
+    SELECT pg_notify(%(live)s, s.instance_id::text || ' ' || max(s.seq)::text) AS sent
+    FROM started s JOIN bumped b ON b.id = s.instance_id
+    WHERE b.watched
+    GROUP BY s.instance_id
 ), fired AS (
     UPDATE wf_signals s SET state = 'applied', settled_at = now()
     FROM bumped b
@@ -465,7 +490,8 @@ SELECT c.*, true AS leased, to_jsonb(b) AS instance,
        -- next_due. One that a racing claim takes counts too: a wake-up too many is harmless.
        EXISTS (SELECT 1 FROM cand WHERE cand.id NOT IN (SELECT id FROM picked)) AS more,
        -- After a finish, its row even when nothing was claimed (then the rest is NULL).
-       d.version AS done_version, d.made_due, d.notified
+       d.version AS done_version, d.made_due, d.notified,
+       (SELECT count(*) FROM live) + (SELECT count(*) FROM started_live) AS live
 FROM done d LEFT JOIN (claimed c LEFT JOIN bumped b ON b.id = c.instance_id) ON true;
 
 -- name: claim_instance_lock
@@ -526,8 +552,16 @@ WITH held AS (
     SELECT instance_id, node, 'HEARTBEAT', attempt,
            jsonb_build_object('lease_seconds', %(lease)s::float8), %(worker)s
     FROM ext WHERE log
+    RETURNING instance_id, seq
+), live AS (
+    -- Live notifications (see append_events' `live`). The instance rows are not this
+    -- statement's: whether they are watched is read from the registry.
+    SELECT pg_notify(%(live)s, e.instance_id::text || ' ' || max(e.seq)::text) AS sent
+    FROM ev e
+    WHERE EXISTS (SELECT 1 FROM wf_live_watches w WHERE w.instance_id = e.instance_id)
+    GROUP BY e.instance_id
 )
-SELECT count(*) AS n FROM ext;
+SELECT count(*) AS n, (SELECT count(*) FROM live) AS live FROM ext;
 
 -- name: release
 -- Only this worker's leases, and of those only the claim %(token)s (when given) of this
@@ -613,9 +647,18 @@ WITH inst AS (
 ), ev AS (
     INSERT INTO wf_events (instance_id, event_type, error, worker)
     SELECT id, 'QUARANTINED', %(error)s, %(worker)s FROM inst
+    RETURNING instance_id, seq
+), live AS (
+    -- The live notification (see append_events' `live`). The envelope below is `inst`
+    -- as it is, so whether it is watched is read from the registry.
+    SELECT pg_notify(%(live)s, e.instance_id::text || ' ' || e.seq::text) AS sent
+    FROM ev e
+    WHERE EXISTS (SELECT 1 FROM wf_live_watches w WHERE w.instance_id = e.instance_id)
+), dead AS (
+    INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
+    SELECT id, to_jsonb(inst), %(reason)s, %(worker)s FROM inst
 )
-INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
-SELECT id, to_jsonb(inst), %(reason)s, %(worker)s FROM inst;
+SELECT (SELECT count(*) FROM live) AS live;
 
 -- name: rebuild
 UPDATE wf_instances
@@ -761,8 +804,16 @@ WITH picked AS (
            jsonb_build_object('failures', c.failures), %(worker)s
     FROM claimed c
     ON CONFLICT DO NOTHING
+    RETURNING instance_id, seq
+), live AS (
+    -- Live notifications (see append_events' `live`), `watched` read from the rows that
+    -- swf_dag_pick locked (as the statement's snapshot has them).
+    SELECT pg_notify(%(live)s, s.instance_id::text || ' ' || max(s.seq)::text) AS sent
+    FROM started s JOIN wf_instances i ON i.id = s.instance_id
+    WHERE i.watched
+    GROUP BY s.instance_id
 )
-SELECT c.*, true AS leased, to_jsonb(i) AS instance,
+SELECT c.*, true AS leased, to_jsonb(i) AS instance, (SELECT count(*) FROM live) AS live,
        -- Another due node task (not one of these): whether to wake one more worker.
        -- Rows locked by a concurrent claim count too; a wake too many is harmless.
        EXISTS (SELECT 1 FROM swf_pick(%(types)s, 'dag', %(limit)s + 1) AS m
@@ -772,13 +823,24 @@ FROM claimed c JOIN wf_instances i ON i.id = c.instance_id;
 -- name: dag_record
 -- A node's result, once: a duplicate delivery hits the unique index and writes nothing.
 -- Under the instance's row lock, like every event (see dag_claim).
-INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
-SELECT id, %(node)s, %(event_type)s, %(attempt)s, %(payload)s, %(error)s, %(worker)s
-FROM wf_instances
-WHERE id = %(id)s AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
-FOR NO KEY UPDATE
-ON CONFLICT DO NOTHING
-RETURNING seq;
+WITH inst AS (
+    -- Locked, so the latest row: its `watched` too (see apply_head).
+    SELECT id, watched FROM wf_instances
+    WHERE id = %(id)s AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+    FOR NO KEY UPDATE
+), ev AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
+    SELECT id, %(node)s, %(event_type)s, %(attempt)s, %(payload)s, %(error)s, %(worker)s
+    FROM inst
+    ON CONFLICT DO NOTHING
+    RETURNING instance_id, seq
+), live AS (
+    -- The live notification (see append_events' `live`).
+    SELECT pg_notify(%(live)s, e.instance_id::text || ' ' || e.seq::text) AS sent
+    FROM ev e, inst
+    WHERE inst.watched
+)
+SELECT seq, (SELECT count(*) FROM live) AS live FROM ev;
 
 -- name: dag_slots
 SELECT slot FROM wf_tasks WHERE instance_id = %(id)s ORDER BY slot;
@@ -803,7 +865,7 @@ WITH inst AS (
         error = coalesce(%(error)s::jsonb, error),
         version = version + 1, updated_at = now()
     WHERE id = %(id)s AND version = %(version)s
-    RETURNING id, version, type, priority
+    RETURNING id, version, type, priority, watched  -- watched: see apply_head
 )
 
 -- name: dag_tail
@@ -865,6 +927,14 @@ WITH inst AS (
            jsonb_build_object('failures', s.failures), %(worker)s
     FROM sib_taken s
     ON CONFLICT DO NOTHING
+    RETURNING seq
+), dag_live AS (
+    -- The live notification (see append_events' `live`), over the decision's events and
+    -- the taken sibling's NODE_STARTED: one for the statement.
+    SELECT pg_notify(%(live)s, inst.id::text || ' ' || max(e.seq)::text) AS sent
+    FROM inst, (SELECT seq FROM ev UNION ALL SELECT seq FROM sib_started) AS e
+    WHERE inst.watched
+    GROUP BY inst.id
 )
 -- Notify only when somebody else has work (see apply_finish): more than one node task
 -- added, a delayed one or a rescheduled one (timer holders must learn the due time). A
@@ -879,7 +949,8 @@ SELECT version,
                 (SELECT to_jsonb(s) FROM sib_taken s)) AS taken,
        -- The seqs of the decision's events: the committer folds them into its cached
        -- view of the log without reading them back (SqlStore.dag_commit).
-       (SELECT coalesce(jsonb_agg(seq ORDER BY seq), '[]') FROM ev) AS seqs
+       (SELECT coalesce(jsonb_agg(seq ORDER BY seq), '[]') FROM ev) AS seqs,
+       (SELECT count(*) FROM dag_live) AS live
 FROM inst;
 
 -- name: dag_save
@@ -947,11 +1018,17 @@ WITH gone AS (
     UPDATE wf_instances SET deleted_at = now()
     WHERE id = %(id)s AND deleted_at IS NULL
       AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')
-    RETURNING id
+    RETURNING id, watched  -- watched: see apply_head
 ), ev AS (
     INSERT INTO wf_events (instance_id, event_type) SELECT id, 'WORKFLOW_DELETED' FROM gone
+    RETURNING instance_id, seq
+), live AS (
+    -- The live notification (see append_events' `live`).
+    SELECT pg_notify(%(live)s, e.instance_id::text || ' ' || e.seq::text) AS sent
+    FROM ev e, gone
+    WHERE gone.watched
 )
-SELECT id FROM gone;
+SELECT id, (SELECT count(*) FROM live) AS live FROM gone;
 
 -- name: purge_batch
 -- plan: scans
@@ -989,12 +1066,32 @@ RETURNING i.id;
 -- Register a watcher. The instance row lock waits out any writer in flight: each one
 -- appends under that lock and checks for watchers after it, so whatever commits after
 -- this statement notifies, and whatever committed before it the watcher's first read sees.
+--
+-- It also sets the row's `watched` flag, which the statements that grow the log read from
+-- the row they update (append_events' `live`). Updating the row orders the two by its
+-- lock: a writer that updates the row after this commit finds the flag set (its UPDATE
+-- reads the latest row), and one that updated it before has committed by the time this
+-- statement gets the lock, so the watcher's first read sees its events.
+WITH inst AS (
+    UPDATE wf_instances SET watched = true WHERE id = %(id)s RETURNING id
+)
 INSERT INTO wf_live_watches (token, instance_id)
-SELECT %(token)s, id FROM wf_instances WHERE id = %(id)s FOR NO KEY UPDATE
+SELECT %(token)s, id FROM inst
 RETURNING token;
 
 -- name: live_unwatch
-DELETE FROM wf_live_watches WHERE token = %(token)s;
+DELETE FROM wf_live_watches WHERE token = %(token)s RETURNING instance_id;
+
+-- name: live_unflag
+-- After live_unwatch, in its transaction: the flag cleared when nobody else watches. The
+-- row is locked by a statement of its own first (live_unflag_lock), so this one's snapshot
+-- is taken after any registration that held the lock had committed, and sees it.
+UPDATE wf_instances i SET watched = false
+WHERE i.id = %(id)s AND i.watched
+  AND NOT EXISTS (SELECT 1 FROM wf_live_watches w WHERE w.instance_id = i.id);
+
+-- name: live_unflag_lock
+SELECT 1 FROM wf_instances WHERE id = %(id)s FOR NO KEY UPDATE;
 
 -- name: live_sweep
 -- plan: scans

@@ -114,7 +114,7 @@ def test_postgres_heartbeat_extends_its_own_leases_off_the_leased_index(
         assert pages[0] > 200  # so reading the table would show
         params: dict[str, Any] = {
             "worker": "a", "lease": 600.0, "mine": "inc/", "every": 30.0, "token": None,
-            "ids": [], "channel": "swf_test_leases",
+            "ids": [], "channel": "swf_test_leases", "live": "swf_test_live",
         }  # fmt: skip
         for analyzed in (False, True):
             if analyzed:

@@ -1,12 +1,14 @@
-"""Migration 008's trigger and ``live_channel`` choose the same channel, on the real
-PostgreSQL: events appended to a watched instance are announced on the channel the
-listener LISTENs on. They decide by characters while the limit is in bytes, which could
-differ only for a non-ASCII schema, and the store refuses any schema that is not an ASCII
-lowercase identifier before anything is created or notified. It also refuses a schema
-over 54 characters, whose wake channel swf_wake_<schema> would not fit in 63 bytes."""
+"""The statements that grow a watched log (migration 021; the trigger of 008 before it)
+and ``live_channel`` use the same channel, on the real PostgreSQL: events appended to a
+watched instance are announced on the channel the listener LISTENs on. They decide by
+characters while the limit is in bytes, which could differ only for a non-ASCII schema,
+and the store refuses any schema that is not an ASCII lowercase identifier before
+anything is created or notified. It also refuses a schema over 54 characters, whose wake
+channel swf_wake_<schema> would not fit in 63 bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
@@ -41,15 +43,14 @@ def test_a_watched_instance_is_announced_on_the_listeners_channel(long_schema: s
         instance_id = Client(store, [ThreeSteps]).start(ThreeSteps, {"n": 1})
         with psycopg.connect(PG_DSN, autocommit=True) as listener:
             listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-            with psycopg.connect(PG_DSN, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {}.wf_live_watches (token, instance_id) VALUES (%s, %s)"
-                    ).format(sql.Identifier(long_schema)),
-                    (uuid.uuid4(), instance_id),
-                )
-            Client(store, [ThreeSteps]).cancel(instance_id)  # appends events
-            got = next(iter(listener.notifies(timeout=10)), None)
+            loop = asyncio.new_event_loop()
+            sub = store.live_hub().subscribe(instance_id, loop)  # registered, as watch() does
+            try:
+                Client(store, [ThreeSteps]).cancel(instance_id)  # appends events
+                got = next(iter(listener.notifies(timeout=10)), None)
+            finally:
+                sub.close()
+                loop.close()
         assert got is not None
         assert got.channel == channel
         assert got.payload.startswith(f"{instance_id} ")
