@@ -66,6 +66,23 @@ def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]
     return thread, out
 
 
+def finishing_after_its_lease_ran_out(
+    pg_store: PostgresStore, admin: psycopg.Connection[Any]
+) -> str:
+    """An instance whose lease ran out while its holder finishes: ``admin``'s open
+    transaction has done the finish's first write, the instance row (the CAS), and holds
+    it; the task row, which the finish deletes next, is due again for any claim."""
+    iid = Client(pg_store, [One]).start(One, In())
+    [held] = pg_store.claim(worker="old", types=TYPES, lease=0.05)
+    time.sleep(0.2)  # the lease runs out: the task is due again while "old" finishes
+    admin.execute(
+        "UPDATE wf_instances SET status = 'COMPLETED', version = version + 1"
+        " WHERE id = %s AND version = %s",
+        (iid, held.instance.version),
+    )
+    return iid
+
+
 def test_a_claim_passes_over_a_due_task_whose_instance_row_is_held(
     pg_store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
@@ -89,20 +106,12 @@ def test_a_claim_passes_over_a_due_task_whose_instance_row_is_held(
 def test_a_claim_and_the_finish_of_a_lease_that_ran_out_do_not_deadlock(
     pg_store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
-    client = Client(pg_store, [One])
-    iid = client.start(One, In())
-    [held] = pg_store.claim(worker="old", types=TYPES, lease=0.05)
-    time.sleep(0.2)  # the lease runs out: the task is due again while "old" finishes
-    # The finish, in its own order: the instance row first (the CAS) ...
-    admin.execute(
-        "UPDATE wf_instances SET status = 'COMPLETED', version = version + 1"
-        " WHERE id = %s AND version = %s",
-        (iid, held.instance.version),
-    )
+    iid = finishing_after_its_lease_ran_out(pg_store, admin)
     thread, out = in_thread(lambda: pg_store.claim(worker="new", types=TYPES, lease=30))
     thread.join(timeout=3)
     assert not thread.is_alive(), "the claim waited for the finishing instance's row"
-    # ... then its task row: not locked by the claim, so no cycle, no error on either side.
+    # The finish deletes its task row next: not locked by the claim, so no cycle and no
+    # error on either side.
     admin.execute("DELETE FROM wf_tasks WHERE instance_id = %s", (iid,))
     admin.commit()
     assert out == {"value": []}
@@ -112,15 +121,7 @@ def test_a_claim_and_the_finish_of_a_lease_that_ran_out_do_not_deadlock(
 def test_the_start_up_claim_waits_for_the_instance_row_holding_nothing(
     pg_store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
-    client = Client(pg_store, [One])
-    iid = client.start(One, In())
-    [held] = pg_store.claim(worker="old", types=TYPES, lease=0.05)
-    time.sleep(0.2)
-    admin.execute(
-        "UPDATE wf_instances SET status = 'COMPLETED', version = version + 1"
-        " WHERE id = %s AND version = %s",
-        (iid, held.instance.version),
-    )
+    iid = finishing_after_its_lease_ran_out(pg_store, admin)
     thread, out = in_thread(
         lambda: pg_store.claim_instance(iid, worker="new", lease=30, incarnation="i")
     )
