@@ -83,6 +83,8 @@ def _round(
 
     from statemachine_wf.stores import _pgconn
 
+    from .workload import ThreeSteps
+
     spec = core._spec(s, "pg", "replay")
     core.fresh_store(spec)
     core.precreate(spec, calls + 60)
@@ -99,7 +101,9 @@ def _round(
             def store_call(name: str) -> Call:
                 text, base = captured[name]
                 query, names = _pgconn.positional(text)
-                [claim] = store.claim(worker=base["worker"], types=[core_type()], lease=30.0)
+                [claim] = store.claim(
+                    worker=base["worker"], types=[ThreeSteps.workflow_type], lease=30.0
+                )
                 at = {"id": claim.instance.id, "version": claim.instance.version}
 
                 def call(i: int) -> None:
@@ -163,12 +167,6 @@ def _round(
         store.close()
         core.drop_store(spec)
     return out
-
-
-def core_type() -> str:
-    from .workload import ThreeSteps
-
-    return ThreeSteps.workflow_type
 
 
 def _continue_events(attempt: int) -> list[dict[str, Any]]:

@@ -13,7 +13,9 @@
 -- `watched`, which a registration sets (live_watch) and the last watcher's leaving
 -- clears (live_unflag); a statement that updates the row reads it from the row it
 -- updates, the latest one, so the flag and the statement are ordered by the row's lock
--- and no commit after a registration goes unannounced. Creating an instance needs no
+-- and no such commit after a registration goes unannounced (the two that only append to
+-- a row, a logged heartbeat and a DAG node's claim, read it from their snapshot; a
+-- watcher's re-read covers the moment between). Creating an instance needs no
 -- notification: nobody can watch an instance before it exists (live_watch finds no
 -- row). A writer other than the store (a hand-written INSERT into wf_events) sends
 -- nothing; a watcher sees its events at its next re-read (live.py: `resync`).

@@ -123,7 +123,7 @@ WITH inst AS (
 ), live AS (
     -- Live updates (migration 021): a statement that grows the log of an instance somebody
     -- watches sends one pg_notify on the schema's live channel, '<instance id> <highest
-    -- seq>' (what migration 008's trigger sent, at a fraction of its cost). `watched` is
+    -- seq>' (what migration 008's trigger sent, for every statement). `watched` is
     -- the instance row's flag, which live_watch sets; nothing is sent for an instance
     -- nobody watches (a NOTIFY serialises commits). The statement's last SELECT reads
     -- this CTE, or it would not run; dag_tail reads dag_live instead, which also counts
@@ -554,11 +554,11 @@ WITH held AS (
     FROM ext WHERE log
     RETURNING instance_id, seq
 ), live AS (
-    -- Live notifications (see append_events' `live`). The instance rows are not this
-    -- statement's: whether they are watched is read from the registry.
+    -- Live notifications (see append_events' `live`). This statement does not update the
+    -- instance rows, so `watched` is read as its snapshot has them.
     SELECT pg_notify(%(live)s, e.instance_id::text || ' ' || max(e.seq)::text) AS sent
-    FROM ev e
-    WHERE EXISTS (SELECT 1 FROM wf_live_watches w WHERE w.instance_id = e.instance_id)
+    FROM ev e JOIN wf_instances i ON i.id = e.instance_id
+    WHERE i.watched
     GROUP BY e.instance_id
 )
 SELECT count(*) AS n, (SELECT count(*) FROM live) AS live FROM ext;
@@ -638,7 +638,8 @@ WITH inst AS (
     UPDATE wf_instances SET status = 'STALLED', error = %(error)s, version = version + 1,
                             updated_at = now()
     WHERE id = %(id)s
-    RETURNING id, type, status, step, input::text AS input, progress::text AS progress
+    RETURNING id, type, status, step, input::text AS input, progress::text AS progress,
+              watched  -- see apply_head; not part of the envelope below
 ), task AS (
     -- in_flight stays: a step quarantined mid-attempt is still in doubt, so whoever takes
     -- it next (its parked task falls due, or a redrive) asks the reconcile hook first.
@@ -649,14 +650,13 @@ WITH inst AS (
     SELECT id, 'QUARANTINED', %(error)s, %(worker)s FROM inst
     RETURNING instance_id, seq
 ), live AS (
-    -- The live notification (see append_events' `live`). The envelope below is `inst`
-    -- as it is, so whether it is watched is read from the registry.
+    -- The live notification (see append_events' `live`).
     SELECT pg_notify(%(live)s, e.instance_id::text || ' ' || e.seq::text) AS sent
-    FROM ev e
-    WHERE EXISTS (SELECT 1 FROM wf_live_watches w WHERE w.instance_id = e.instance_id)
+    FROM ev e, inst
+    WHERE inst.watched
 ), dead AS (
     INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
-    SELECT id, to_jsonb(inst), %(reason)s, %(worker)s FROM inst
+    SELECT id, to_jsonb(inst) - 'watched', %(reason)s, %(worker)s FROM inst
 )
 SELECT (SELECT count(*) FROM live) AS live;
 
@@ -806,8 +806,8 @@ WITH picked AS (
     ON CONFLICT DO NOTHING
     RETURNING instance_id, seq
 ), live AS (
-    -- Live notifications (see append_events' `live`), `watched` read from the rows that
-    -- swf_dag_pick locked (as the statement's snapshot has them).
+    -- Live notifications (see append_events' `live`). This statement does not update the
+    -- instance rows (swf_dag_pick locks them), so `watched` is read as its snapshot has them.
     SELECT pg_notify(%(live)s, s.instance_id::text || ' ' || max(s.seq)::text) AS sent
     FROM started s JOIN wf_instances i ON i.id = s.instance_id
     WHERE i.watched
@@ -1063,15 +1063,11 @@ RETURNING i.id;
 -- Live updates (statemachine_wf.client.live, migration 008). -----------------------------
 
 -- name: live_watch
--- Register a watcher. The instance row lock waits out any writer in flight: each one
--- appends under that lock and checks for watchers after it, so whatever commits after
--- this statement notifies, and whatever committed before it the watcher's first read sees.
---
--- It also sets the row's `watched` flag, which the statements that grow the log read from
--- the row they update (append_events' `live`). Updating the row orders the two by its
--- lock: a writer that updates the row after this commit finds the flag set (its UPDATE
--- reads the latest row), and one that updated it before has committed by the time this
--- statement gets the lock, so the watcher's first read sees its events.
+-- Register a watcher and set the row's `watched` flag, which the statements that grow the
+-- log read from the row they update (append_events' `live`). Updating the row orders the
+-- two by its lock: a writer that updates the row after this commit finds the flag set
+-- (its UPDATE reads the latest row), and one in flight holds the lock until it commits,
+-- so this statement waits for it and the watcher's first read sees its events.
 WITH inst AS (
     UPDATE wf_instances SET watched = true WHERE id = %(id)s RETURNING id
 )
