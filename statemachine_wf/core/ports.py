@@ -430,10 +430,16 @@ class DagRuns(Protocol):
           commit dispatches), its try counted and its NODE_STARTED written, as
           ``dag_claim`` takes one.
 
+        With ``commit.blockers`` the commit also holds on a later version, while the
+        instance still runs, the node's own task is open and so is one of the blockers'
+        (``dag_vouch.blockers``); ``DagApplied.version`` is then not
+        ``commit.version + 1``, and the caller's view of the log lacks what came between.
+
         Raises:
             ValueError: ``take`` is not allowed for the decision
                 (``dag_interpret.hand_off`` / ``takes_sibling``).
-            ConcurrencyConflict: the instance is no longer at ``commit.version``.
+            ConcurrencyConflict: the instance is no longer at ``commit.version`` (and,
+                with blockers, they no longer vouch for the decision).
         """
         ...
 

@@ -228,9 +228,12 @@ class DagApplied:
 
 @dataclass(frozen=True, slots=True)
 class DagCommit:
-    """A DAG decision to apply, if the instance is still at ``version``."""
+    """A DAG decision to apply, if the instance is still at ``version``, or with
+    ``blockers`` also on a later version while one of those node tasks is open (see
+    ``dag_vouch.blockers``)."""
 
     instance_id: str
     version: int
     decision: DagDecision
     worker: str | None
+    blockers: tuple[str, ...] = ()

@@ -40,7 +40,7 @@ the instances of one definition share one graph, parsed and indexed once."""
 class Cached:
     """One instance as this runner last read or committed it."""
 
-    __slots__ = ("graph", "lock", "state", "view")
+    __slots__ = ("contended", "graph", "lock", "state", "view")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -50,6 +50,10 @@ class Cached:
         self.graph: Graph | None = None
         self.state: DagSnapshot | None = None
         """The instance (its version, status and node tasks) the view is current for."""
+        self.contended = False
+        """Whether another runner committed on the instance while this one worked on it
+        (a lost CAS, or a commit that found the version moved): its plain completions
+        then name their blockers (``dag_vouch.blockers``)."""
 
 
 class DagCache:

@@ -51,6 +51,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
@@ -58,13 +59,14 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..core import dag_interpret as interpret
 from ..core.dag_interpret import Completion, DagDecision, LogView, NodeOutcome, TaskRetry
+from ..core.dag_vouch import blockers
 from ..core.store import Claim, DagCommit, DagSnapshot, Store
 from ..definition.dag_definition import ERROR_HANDLE
 from ..definition.dag_models import Graph
 from ..definition.dag_templates import TemplateError
 from ..definition.events import Ev, NewEvent, Status
 from ..definition.limits import check_payload
-from ..errors import Fail, InputError, LeaseLost, StepFailure
+from ..errors import ConcurrencyConflict, Fail, InputError, LeaseLost, StepFailure
 from . import observe
 from .dag_cache import DagCache
 from .dag_handlers import (
@@ -497,14 +499,36 @@ class DagExecutor:
                 elif free and interpret.takes_sibling(decision):
                     take = "sibling"
                 decided = handed or decision
-                commit = DagCommit(instance_id, state.instance.version, decided, self.worker)
-                applied = self.store.dag_commit(
-                    commit, take=take, lease=self._lease or 0.0, incarnation=self._incarnation
+                # Once other runners commit on this instance too (a lost CAS, a version
+                # found moved), a plain completion names the open tasks that vouch for it
+                # and commits on their word (dag_vouch.blockers); alone, the plain CAS.
+                graph = entry.graph
+                vouch = (
+                    blockers(graph, view, decided, state.open_slots)
+                    if entry.contended and graph is not None
+                    else ()
                 )
+                version = state.instance.version
+                commit = DagCommit(instance_id, version, decided, self.worker, vouch)
+                try:
+                    applied = self.store.dag_commit(
+                        commit, take=take, lease=self._lease or 0.0, incarnation=self._incarnation
+                    )
+                except ConcurrencyConflict:
+                    entry.contended = True
+                    raise
                 if decision.finish:  # takes no node: it neither hands one off nor a sibling
                     self._cache.forget(instance_id)  # over: nothing left to decide
                     return True
-                instance = self._cache.fold(entry, state, decided, applied)
+                if applied.version != version + 1:
+                    entry.contended = True
+                    # Committed on a later version (its blockers vouched): the view lacks
+                    # others' events. Not folded in; the next decision reads the tail
+                    # first, this commit's own events with it, in order.
+                    entry.state = None
+                    instance = replace(state.instance, version=applied.version)
+                else:
+                    instance = self._cache.fold(entry, state, decided, applied)
                 if applied.task is not None and taken is not None:
                     self._local.took = Claim(applied.task, instance, started=True)
                     taken.append(self._local.took)

@@ -184,7 +184,8 @@ class SqlStore(SqlReads):
     def _dag_plan(commit: DagCommit) -> list[str]:
         """The pieces of a ``dag_apply``: its own CAS and tail around the shared ones."""
         dead = ["apply_dead_letter"] if commit.decision.dead_letter is not None else []
-        return ["dag_head", "append_events", *dead, "dag_tail"]
+        head = "dag_head_relaxed" if commit.blockers else "dag_head"
+        return [head, "append_events", *dead, "dag_tail"]
 
     def dag_apply(self, commit: DagCommit) -> int:
         return self.dag_commit(commit).version
@@ -198,6 +199,9 @@ class SqlStore(SqlReads):
         incarnation: str = "",
     ) -> DagApplied:
         params = dag_apply_params(commit, self._encode)
+        # A completion its blockers vouch for commits on a later version too (the store
+        # checks, under the instance's row lock, its own task and one of those still open).
+        params["blockers"] = self._array(commit.blockers)
         if take == "handed":
             # The dispatched task is inserted leased (the claim's columns, its attempt
             # counted) and the decision carries its NODE_STARTED: what dag_claim would have

@@ -101,13 +101,16 @@ _MAX_SCHEMA = 63 - len("swf_wake_")
 
 @contextmanager
 def wrap_errors() -> Iterator[None]:
-    """Translate driver errors in one place: a duplicate is a lost race, a lost or
+    """Translate driver errors in one place: a duplicate is a lost race (and so is a
+    serialization failure, which only migration 022's swf_lost_race raises), a lost or
     unobtainable connection :class:`StoreUnavailable` (retried), a value the database
     cannot store DataRejected (class 22 data exceptions, class 23 integrity violations,
     text the driver cannot encode), the rest StoreError: the database, retried."""
     try:
         yield
     except psycopg.errors.UniqueViolation as exc:
+        raise ConcurrencyConflict("?", -1) from exc
+    except psycopg.errors.SerializationFailure as exc:  # swf_lost_race (migration 022)
         raise ConcurrencyConflict("?", -1) from exc
     except (psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeError) as exc:
         raise DataRejected(f"postgres: {type(exc).__name__}: {exc}") from exc

@@ -868,6 +868,38 @@ WITH inst AS (
     RETURNING id, version, type, priority, watched  -- watched: see apply_head
 )
 
+-- name: dag_head_relaxed
+-- dag_head for a decision its blockers vouch for (DagCommit.blockers): on the decided
+-- version, or on any later one of a running instance while the node's own task is still
+-- there (nobody settled this run meanwhile) and one of the blockers' too (one of them
+-- still open: dag_vouch.blockers says why that is enough). Checked once the row is
+-- locked, by locking the tasks: the statement's snapshot predates the commit it may have
+-- waited for at the instance's row, and a lock reads a row's latest version, so a task
+-- that commit deleted is not found. SKIP LOCKED: a task a claim holds this moment is no
+-- evidence (and nothing waits). When nothing vouches, swf_lost_race (migration 022) ends
+-- the statement with nothing written, a lost CAS. Every later piece reads `inst`, which
+-- reads `vouch` first.
+WITH locked AS (
+    UPDATE wf_instances SET version = version + 1, updated_at = now()  -- sets no status
+    WHERE id = %(id)s AND status = 'RUNNING'
+    RETURNING id, version, type, priority, watched
+), vouch AS (
+    SELECT CASE
+               WHEN l.version = %(version)s + 1 THEN true
+               WHEN EXISTS (SELECT 1 FROM wf_tasks t
+                            WHERE t.instance_id = l.id AND t.slot = %(done)s
+                            FOR KEY SHARE SKIP LOCKED)
+                    AND EXISTS (SELECT 1 FROM wf_tasks t
+                                WHERE t.instance_id = l.id AND t.slot = ANY(%(blockers)s)
+                                LIMIT 1 FOR KEY SHARE SKIP LOCKED)
+               THEN true
+               ELSE swf_lost_race()
+           END AS ok
+    FROM locked l
+), inst AS (
+    SELECT l.* FROM locked l, vouch WHERE vouch.ok
+)
+
 -- name: dag_tail
 -- The node tasks: the finished node's task or every task, the retried node's task (only
 -- while this worker still holds it: the lease fencing) and the dispatched node tasks.

@@ -606,6 +606,22 @@ WHERE id = :id AND version = :version;
 UPDATE wf_instances SET status = :status
 WHERE :status IS NOT NULL AND id = :id AND status <> :status;
 
+-- name: dag_head_relaxed
+-- dag_head for a decision its blockers vouch for (DagCommit.blockers): on the decided
+-- version, or on any later one of a running instance while the node's own task is still
+-- there (nobody settled this run meanwhile) and one of the blockers' too
+-- (dag_vouch.blockers says why that is enough). Under the writer lock these reads
+-- are the file's latest state. Such a decision sets no status.
+UPDATE wf_instances
+SET version = version + 1, updated_at = :now
+WHERE id = :id
+  AND (version = :version
+       OR (status = 'RUNNING'
+           AND EXISTS (SELECT 1 FROM wf_tasks WHERE instance_id = :id AND slot = :done)
+           AND EXISTS (SELECT 1 FROM wf_tasks
+                       WHERE instance_id = :id
+                         AND slot IN (SELECT value FROM json_each(:blockers)))));
+
 -- name: dag_tail
 -- The node tasks: every task (:finish) and the finished node's, apart so that the latter
 -- goes down the slot key (an OR of the two scanned the instance's tasks), the retried node's
@@ -648,7 +664,7 @@ SELECT i.id, d.value ->> '$.node', d.value ->> '$.node', 'dag', i.type, i.priori
        (d.value ->> '$.attempt') + (:token IS NOT NULL), :now,
        CASE WHEN :token IS NOT NULL THEN :worker END, :token, :token IS NOT NULL
 FROM wf_instances i, json_each(:dispatch) d WHERE i.id = :id ORDER BY d.key;
-SELECT :version + 1 AS version,
+SELECT (SELECT version FROM wf_instances WHERE id = :id) AS version,
        (SELECT json_object('id', t.id, 'instance_id', t.instance_id, 'slot', t.slot,
                            'node', t.node, 'kind', t.kind, 'type', t.type,
                            'priority', t.priority, 'due_at', t.due_at, 'attempt', t.attempt,

@@ -53,6 +53,20 @@ def marked_linear(n: int = 4) -> DagDefinition:
     return b.build()
 
 
+def marked_fan_out(width: int = 30) -> DagDefinition:
+    """s -> b0..b{width-1} -> join -> e, every node marking its run."""
+    b = DagBuilder("fan_out_marked")
+    b.node("s", "start")
+    names = [f"b{i}" for i in range(width)]
+    for name in [*names, "join"]:
+        b.node(name, "python", function="mark", args={"run": "{{ctx.input.run}}", "name": name})
+    b.node("e", "end", outputs={"joined": "{{ctx.join}}"})
+    for name in names:
+        b.chain("s", name, "join")
+    b.edge("join", "e")
+    return b.build()
+
+
 @pytest.fixture
 def runners(pg_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[tuple[PostgresStore, Path]]:
     with _runners(pg_dsn, pg_schema, tmp_path, lease=30.0) as (store, marks, _):
@@ -112,6 +126,35 @@ def test_50_diamond_and_across_4_processes_join_once(
     # The work really was spread over the processes.
     workers = {e.worker for i in ids for e in client.history(i) if e.event_type == Ev.NODE_STARTED}
     assert len(workers) == 4
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_fan_outs_across_4_processes_run_each_branch_once_and_join_once(
+    runners: tuple[PostgresStore, Path],
+) -> None:
+    # Four processes on the branches of the same few instances: once they commit on one
+    # instance, its branches' completions commit on their blockers' word (an open input of
+    # the join) instead of losing the CAS to each other, and the last one's refusal is
+    # what dispatches the join, once.
+    store, marks = runners
+    client = DagClient(store)
+    definition = marked_fan_out(30)
+    ids = [client.start(definition, {"run": f"f{i}"}) for i in range(6)]
+    _wait_all(client, ids, timeout=120)
+    assert {client.get(i).status for i in ids} == {Status.COMPLETED}
+    assert all(client.output(i) == {"joined": "join"} for i in ids)
+    executions = Counter(marks.read_text().split("\n")[:-1])
+    assert len(executions) == 6 * 31
+    assert set(executions.values()) == {1}, executions.most_common(3)
+    dispatched = _per_node(store, "NODE_DISPATCHED")
+    assert len(dispatched) == 6 * 33
+    assert set(dispatched.values()) == {1}
+    completed = _per_node(store, "NODE_COMPLETED")
+    assert len(completed) == 6 * 33
+    assert set(completed.values()) == {1}
+    workers = {e.worker for i in ids for e in client.history(i) if e.event_type == Ev.NODE_STARTED}
+    assert len(workers) > 1
 
 
 @pytest.mark.postgres

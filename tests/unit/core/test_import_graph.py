@@ -52,6 +52,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "core.waits",
         "core.audit",
         "core.dag_interpret",
+        "core.dag_vouch",
     ),
     # The store port: its records and roles (and the core/ package itself, which imports
     # nothing).
