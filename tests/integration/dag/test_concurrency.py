@@ -103,6 +103,25 @@ def _per_node(store: PostgresStore, event_type: str) -> Counter[tuple[str, str]]
     return Counter({(r["i"], r["node"]): int(r["n"]) for r in rows})
 
 
+def _each_node_once(
+    store: PostgresStore, marks: Path, ids: list[str], *, marked: int, nodes: int
+) -> set[str | None]:
+    """Every instance COMPLETED with the join's output, each of its ``marked`` nodes run
+    once and each of its ``nodes`` dispatched and completed once; the workers that ran."""
+    client = DagClient(store)
+    _wait_all(client, ids, timeout=120)
+    assert {client.get(i).status for i in ids} == {Status.COMPLETED}
+    assert all(client.output(i) == {"joined": "join"} for i in ids)
+    executions = Counter(marks.read_text().split("\n")[:-1])
+    assert len(executions) == len(ids) * marked
+    assert set(executions.values()) == {1}, executions.most_common(3)
+    for event_type in ("NODE_DISPATCHED", "NODE_COMPLETED"):
+        counts = _per_node(store, event_type)
+        assert len(counts) == len(ids) * nodes
+        assert set(counts.values()) == {1}
+    return {e.worker for i in ids for e in client.history(i) if e.event_type == Ev.NODE_STARTED}
+
+
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_50_diamond_and_across_4_processes_join_once(
@@ -110,22 +129,9 @@ def test_50_diamond_and_across_4_processes_join_once(
 ) -> None:
     store, marks = runners
     client = DagClient(store)
-    definition = marked_diamond()
-    ids = [client.start(definition, {"run": f"d{i}"}) for i in range(50)]
-    _wait_all(client, ids, timeout=120)
-    assert {client.get(i).status for i in ids} == {Status.COMPLETED}
-    assert all(client.output(i) == {"joined": "join"} for i in ids)
-
-    executions = Counter(marks.read_text().split("\n")[:-1])
-    assert len(executions) == 50 * 4
-    assert set(executions.values()) == {1}, executions.most_common(3)
-    dispatched = _per_node(store, "NODE_DISPATCHED")
-    assert len(dispatched) == 50 * 6
-    assert set(dispatched.values()) == {1}
-    assert set(_per_node(store, "NODE_COMPLETED").values()) == {1}
-    # The work really was spread over the processes.
-    workers = {e.worker for i in ids for e in client.history(i) if e.event_type == Ev.NODE_STARTED}
-    assert len(workers) == 4
+    ids = [client.start(marked_diamond(), {"run": f"d{i}"}) for i in range(50)]
+    workers = _each_node_once(store, marks, ids, marked=4, nodes=6)
+    assert len(workers) == 4  # the work really was spread over the processes
 
 
 @pytest.mark.postgres
@@ -133,27 +139,14 @@ def test_50_diamond_and_across_4_processes_join_once(
 def test_fan_outs_across_4_processes_run_each_branch_once_and_join_once(
     runners: tuple[PostgresStore, Path],
 ) -> None:
-    # Four processes on the branches of the same few instances: once they commit on one
-    # instance, its branches' completions commit on their blockers' word (an open input of
-    # the join) instead of losing the CAS to each other, and the last one's refusal is
-    # what dispatches the join, once.
+    # Four processes on the branches of the same few instances: once a runner has seen
+    # another commit on an instance, its branches' completions commit on their blockers'
+    # word (an open input of the join) instead of losing the CAS to each other; the
+    # branch that finds the others done dispatches the join, once.
     store, marks = runners
     client = DagClient(store)
-    definition = marked_fan_out(30)
-    ids = [client.start(definition, {"run": f"f{i}"}) for i in range(6)]
-    _wait_all(client, ids, timeout=120)
-    assert {client.get(i).status for i in ids} == {Status.COMPLETED}
-    assert all(client.output(i) == {"joined": "join"} for i in ids)
-    executions = Counter(marks.read_text().split("\n")[:-1])
-    assert len(executions) == 6 * 31
-    assert set(executions.values()) == {1}, executions.most_common(3)
-    dispatched = _per_node(store, "NODE_DISPATCHED")
-    assert len(dispatched) == 6 * 33
-    assert set(dispatched.values()) == {1}
-    completed = _per_node(store, "NODE_COMPLETED")
-    assert len(completed) == 6 * 33
-    assert set(completed.values()) == {1}
-    workers = {e.worker for i in ids for e in client.history(i) if e.event_type == Ev.NODE_STARTED}
+    ids = [client.start(marked_fan_out(30), {"run": f"f{i}"}) for i in range(6)]
+    workers = _each_node_once(store, marks, ids, marked=31, nodes=33)
     assert len(workers) > 1
 
 
