@@ -177,28 +177,24 @@ def _holds_a_node(dsn: str, schema: str, pid: int) -> bool:
     return row is not None and int(row[0]) > 0
 
 
-@pytest.mark.postgres
-@pytest.mark.slow
-@pytest.mark.crash
-def test_sigkill_a_runner_mid_run(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
-    """A runner killed mid-node: its leases run out, the others finish every instance,
-    and no node run is completed (or dispatched) twice."""
-    b = DagBuilder("slow_diamond")
-    b.node("s", "start")
-    for name in ("a", "l", "r", "join"):
-        b.node(
-            name,
-            "python",
-            function="mark",
-            args={"run": "{{ctx.input.run}}", "name": name, "pause": 0.2},
-        )
-    b.node("e", "end", outputs={"joined": "{{ctx.join}}"})
-    b.chain("s", "a", "l", "join", "e")
-    b.chain("a", "r", "join")
-    definition = b.build()
+def _slow(b: DagBuilder, name: str) -> None:
+    b.node(
+        name,
+        "python",
+        function="mark",
+        args={"run": "{{ctx.input.run}}", "name": name, "pause": 0.2},
+    )
+
+
+def _killed_mid_node(
+    pg_dsn: str, pg_schema: str, tmp_path: Path, definition: DagDefinition, *, n: int, marked: int
+) -> None:
+    """``n`` instances over four runners, one killed (SIGKILL) mid-node: its leases run
+    out, the others finish every instance, and no node run is completed (or dispatched)
+    twice."""
     with _runners(pg_dsn, pg_schema, tmp_path, lease=2.0) as (store, marks, procs):
         client = DagClient(store)
-        ids = [client.start(definition, {"run": f"k{i}"}) for i in range(30)]
+        ids = [client.start(definition, {"run": f"k{i}"}) for i in range(n)]
         victim = procs[0]
         # Kill the victim while it holds a node (its lease is live and the node started),
         # so that the kill lands mid-node whatever the machine's speed.
@@ -213,7 +209,7 @@ def test_sigkill_a_runner_mid_run(pg_dsn: str, pg_schema: str, tmp_path: Path) -
         assert set(_per_node(store, "NODE_COMPLETED").values()) == {1}
         assert set(_per_node(store, "NODE_DISPATCHED").values()) == {1}
         executions = Counter(marks.read_text().split("\n")[:-1])
-        assert len(executions) == 30 * 4
+        assert len(executions) == n * marked
         # At least once: a node killed mid-way runs again; never more than that here.
         assert max(executions.values()) <= 2
         # The kill did land mid-node: some runs started by the victim were finished by others.
@@ -227,6 +223,37 @@ def test_sigkill_a_runner_mid_run(pg_dsn: str, pg_schema: str, tmp_path: Path) -
                     ]
                     taken_over += all(f":{victim.pid}:" not in str(c.worker) for c in done)
         assert taken_over >= 1
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.crash
+def test_sigkill_a_runner_mid_run(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
+    b = DagBuilder("slow_diamond")
+    b.node("s", "start")
+    for name in ("a", "l", "r", "join"):
+        _slow(b, name)
+    b.node("e", "end", outputs={"joined": "{{ctx.join}}"})
+    b.chain("s", "a", "l", "join", "e")
+    b.chain("a", "r", "join")
+    _killed_mid_node(pg_dsn, pg_schema, tmp_path, b.build(), n=30, marked=4)
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.crash
+def test_sigkill_a_runner_mid_fan_out(pg_dsn: str, pg_schema: str, tmp_path: Path) -> None:
+    # Branches of one instance in four processes commit on their blockers' word: a kill
+    # between two such commits leaves nothing half done (each is one statement).
+    b = DagBuilder("slow_fan_out")
+    b.node("s", "start")
+    for name in [*(f"b{i}" for i in range(12)), "join"]:
+        _slow(b, name)
+    b.node("e", "end", outputs={"joined": "{{ctx.join}}"})
+    for i in range(12):
+        b.chain("s", f"b{i}", "join")
+    b.edge("join", "e")
+    _killed_mid_node(pg_dsn, pg_schema, tmp_path, b.build(), n=6, marked=13)
 
 
 def test_duplicate_result_delivery_dispatches_nothing_twice(store: Store) -> None:
