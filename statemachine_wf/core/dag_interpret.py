@@ -389,12 +389,12 @@ def handed_task(decision: DagDecision) -> NodeTask | None:
     """The node task ``decision`` may hand to the worker that commits it (see
     :func:`hand_off`): its one dispatch, due now, in a commit that neither ends the
     instance nor retries a node; None otherwise."""
-    if _settles(decision) or len(decision.dispatch) != 1 or decision.dispatch[0].delay > 0:
+    if settles(decision) or len(decision.dispatch) != 1 or decision.dispatch[0].delay > 0:
         return None
     return decision.dispatch[0]
 
 
-def _settles(decision: DagDecision) -> bool:
+def settles(decision: DagDecision) -> bool:
     """Whether ``decision`` ends the instance, sets its status or retries a node: a
     commit that takes no node task for its worker."""
     return decision.finish or decision.status is not None or decision.retry is not None
@@ -406,7 +406,7 @@ def takes_sibling(decision: DagDecision) -> bool:
     neither ends the instance, sets its status nor retries a node, and hands nothing over
     (:func:`hand_off`). A fan-out's branch, say, whose commit dispatches nothing yet: its
     worker runs the next branch without a claim."""
-    return not _settles(decision) and handed_task(decision) is None
+    return not settles(decision) and handed_task(decision) is None
 
 
 def hand_off(decision: DagDecision) -> DagDecision | None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from ..definition.dag_models import Graph
 from ..definition.events import Ev
-from .dag_interpret import DagDecision, LogView
+from .dag_interpret import DagDecision, LogView, settles
 
 
 def blockers(
@@ -41,9 +41,7 @@ def blockers(
     if (
         node is None
         or decision.dispatch
-        or decision.finish
-        or decision.status is not None
-        or decision.retry is not None
+        or settles(decision)
         or decision.dead_letter is not None
         or len(decision.events) != 1
         or decision.events[0].event_type != Ev.NODE_COMPLETED

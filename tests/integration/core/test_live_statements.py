@@ -15,30 +15,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from pydantic import BaseModel
 
-from statemachine_wf import COMPLETED, Client, StepContext, Workflow, step
+from statemachine_wf import Client
 from statemachine_wf.core import decide
 from statemachine_wf.core.store import Commit
 from statemachine_wf.stores.postgres import PostgresStore
 from tests.plugins.stores import PG_DSN
 
-
-class In(BaseModel):
-    n: int = 0
-
-
-class Two(Workflow[In, BaseModel]):
-    workflow_type = "t.live_statements.two.v1"
-
-    @step(initial=True, to="second")
-    def first(self, ctx: StepContext[In, BaseModel]) -> str:
-        return "second"
-
-    @step(to=COMPLETED)
-    def second(self, ctx: StepContext[In, BaseModel]) -> None:
-        return None
-
+from .test_finish_claims_next import In, Two
 
 TYPES = [Two.workflow_type]
 
