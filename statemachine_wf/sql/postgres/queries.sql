@@ -163,6 +163,65 @@ WITH inst AS (
 )
 SELECT version, (SELECT count(*) FROM live) AS live FROM inst;
 
+-- name: apply_continues
+-- Several Continue decisions in one statement: the group commit of a runner's worker
+-- threads (stores/_group.py; docs/architecture.md, "Group commit on PostgreSQL"). Each
+-- decision is what apply_head, append_events and apply_continue write for it alone, and
+-- each keeps its own CAS: a decision whose version moved matches no row in `inst`, so
+-- nothing of it is written, and the others commit. The batch never holds one instance
+-- twice (the group takes one decision an instance).
+WITH b AS (
+    SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS b (
+        id uuid, version integer, status text, step text, step_attempts integer,
+        attempts jsonb, progress jsonb, error jsonb, cancel_requested boolean, waits jsonb,
+        waiting_key text, waiting_kind text, waiting_token text, waiting_until float8,
+        node text, attempt integer, failures integer, events jsonb, worker text,
+        lease float8)
+), inst AS (
+    UPDATE wf_instances i
+    SET status = b.status, step = b.step, step_attempts = b.step_attempts,
+        attempts = b.attempts, progress = b.progress, error = b.error,
+        cancel_requested = b.cancel_requested, waits = b.waits,
+        waiting_key = b.waiting_key, waiting_kind = b.waiting_kind,
+        waiting_token = b.waiting_token, waiting_until = to_timestamp(b.waiting_until),
+        version = i.version + 1, updated_at = now()
+    FROM b
+    -- `ids` (the batch's ids again, as an array) reaches the rows down the primary key:
+    -- jsonb_to_recordset is estimated at 100 rows, and joined to the table alone, the
+    -- plan made on a table of a few thousand rows hashed all of them (800 buffers a call).
+    WHERE i.id = ANY(%(ids)s::uuid[]) AND i.id = b.id AND i.version = b.version
+    -- watched: read from the row as this statement updates it (see apply_head).
+    RETURNING i.id, i.version, i.watched, b.events, b.worker, b.node, b.attempt,
+              b.failures, b.lease
+), ev AS (
+    -- Each decision's events in its order (append_events); a duplicate once-per-attempt
+    -- event fails the whole statement, and the store then commits each decision alone.
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
+    SELECT inst.id, e.node, e.event_type, e.attempt, coalesce(e.payload, '{}'), e.error,
+           inst.worker
+    FROM inst,
+         ROWS FROM (jsonb_to_recordset(inst.events)
+                    AS (node text, event_type text, attempt int, payload jsonb, error jsonb))
+         WITH ORDINALITY AS e (node, event_type, attempt, payload, error, ord)
+    ORDER BY inst.id, e.ord
+    RETURNING instance_id, seq
+), live AS (
+    -- One notification a watched instance, its highest seq (append_events' `live`).
+    SELECT pg_notify(%(live)s, inst.id::text || ' ' || max(ev.seq)::text) AS sent
+    FROM inst JOIN ev ON ev.instance_id = inst.id
+    WHERE inst.watched
+    GROUP BY inst.id
+), task AS (
+    -- apply_continue's lease rule, each decision with its own worker and lease.
+    UPDATE wf_tasks t
+    SET node = inst.node, attempt = inst.attempt, in_flight = true,
+        failures = inst.failures, lease_owner = inst.worker,
+        due_at = CASE WHEN t.due_at < now() + inst.lease * interval '0.5 second'
+                      THEN now() + inst.lease * interval '1 second' ELSE t.due_at END
+    FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
+)
+SELECT id, version, (SELECT count(*) FROM live) AS live FROM inst;
+
 -- name: apply_reschedule
 , task AS (
     INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,

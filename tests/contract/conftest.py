@@ -1,0 +1,28 @@
+"""The contract suite runs three stores: SQLite, PostgreSQL, and PostgreSQL with every
+Continue decision sent through the group-commit statement (``group_min=1``: a lone one
+too, so each test's continues take ``apply_continues`` instead of ``apply_head`` and its
+pieces; docs/architecture.md, "Group commit on PostgreSQL")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.plugins.stores import PG_DSN
+
+
+@pytest.fixture(params=["sqlite", "postgres", "postgres-grouped"])
+def store_url(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(url, options)`` to open the same store from another process or thread."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'swf.db'}", {}
+        return
+    options: dict[str, Any] = {"schema": request.getfixturevalue("pg_schema")}
+    if request.param == "postgres-grouped":
+        options["group_min"] = 1
+    yield PG_DSN, options

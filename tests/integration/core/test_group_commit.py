@@ -1,0 +1,212 @@
+"""PostgreSQL group commit: Continue decisions of several threads in one statement
+(``apply_continues``; docs/architecture.md, "Group commit on PostgreSQL").
+
+Each decision keeps its own CAS and its own outcome: a stale one, a duplicate event or a
+value no store keeps fails that decision alone, and the others commit as if sent alone.
+The contract suite also runs a store that sends every Continue this way
+(tests/contract/conftest.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+import pytest
+
+from statemachine_wf import ConcurrencyConflict, DataRejected
+from statemachine_wf.core import decide
+from statemachine_wf.core.decide import Continue, Decision
+from statemachine_wf.core.fold import fold
+from statemachine_wf.core.store import Claim, Commit
+from statemachine_wf.definition.events import Ev, NewEvent
+from statemachine_wf.stores.postgres import PostgresStore
+from tests.contract.helpers import started
+from tests.plugins.stores import PG_DSN
+from tests.unit.core.workflows import ThreeSteps
+
+SPEC = ThreeSteps.spec()
+
+
+@pytest.fixture
+def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
+    s = PostgresStore(pg_dsn, schema=pg_schema)  # group_min=2: the default
+    s.migrate()
+    yield s
+    s.close()
+
+
+def moved_on(claim: Claim) -> Commit:
+    """The claimed instance's first step done: on to "second" (a Continue)."""
+    state = claim.instance.projection(in_flight=True)
+    d = decide.success(SPEC, state, "first", 1, "second", {"b": claim.instance.id})
+    assert isinstance(d.task, Continue)
+    return Commit(claim.instance.id, claim.instance.version, d, "w")
+
+
+def snapshot(store: PostgresStore, instance_id: str) -> tuple[Any, ...]:
+    return store.get(instance_id), store.events(instance_id), store.task(instance_id)
+
+
+def assert_committed(store: PostgresStore, commit: Commit, version: int) -> None:
+    """The row, log and task a lone ``apply`` of ``commit`` would have left."""
+    rec = store.get(commit.instance_id)
+    assert rec is not None
+    assert version == rec.version == commit.version + 1
+    events = store.events(commit.instance_id)
+    assert rec.projection().comparable() == fold(events).comparable()
+    assert [(e.event_type, e.node, e.attempt) for e in events[-2:]] == [
+        (Ev.STEP_COMPLETED, "first", 1),
+        (Ev.STEP_STARTED, "second", 1),
+    ]
+    assert events[-1].seq > events[-2].seq
+    assert rec.progress == {"b": commit.instance_id}
+    task = store.task(commit.instance_id)
+    assert task is not None
+    assert (task.node, task.attempt, task.in_flight, task.lease_owner) == ("second", 1, True, "w")
+
+
+def test_one_statement_commits_each_decision_on_its_own_version(store: PostgresStore) -> None:
+    a, b, c = (moved_on(started(store)) for _ in range(3))
+    stale = Commit(b.instance_id, b.version - 1, b.decision, "w")
+    before = snapshot(store, b.instance_id)
+
+    outcomes = store._send_continues([(x, _item(x)) for x in (a, stale, c)])
+
+    assert isinstance(outcomes[1], ConcurrencyConflict)
+    assert snapshot(store, b.instance_id) == before  # nothing of the stale one
+    assert_committed(store, a, _version(outcomes[0]))
+    assert_committed(store, c, _version(outcomes[2]))
+
+
+def test_a_duplicate_event_fails_its_own_decision_and_the_others_commit(
+    store: PostgresStore,
+) -> None:
+    a, b = moved_on(started(store)), moved_on(started(store))
+    version = store.apply(b)
+    # A decision on b's new version that writes its STEP_STARTED again: the unique index
+    # refuses it, which fails the whole statement; then each is sent alone.
+    again = b.decision.state
+    twice = Decision((NewEvent(Ev.STEP_STARTED, "second", 1),), again, Continue("second", 1))
+    dup = Commit(b.instance_id, version, twice, "w")
+    before = snapshot(store, b.instance_id)
+
+    outcomes = store._send_continues([(a, _item(a)), (dup, _item(dup))])
+
+    assert isinstance(outcomes[1], ConcurrencyConflict)
+    assert snapshot(store, b.instance_id) == before
+    assert_committed(store, a, _version(outcomes[0]))
+
+
+def test_a_value_no_store_keeps_is_refused_for_its_own_decision(store: PostgresStore) -> None:
+    claim = started(store)
+    state = claim.instance.projection(in_flight=True)
+    # The decisions refuse such progress first; a row written by hand may hold it.
+    poison = decide.start(dataclasses.replace(state, progress={"b": "a\x00b"}), "second")
+    assert isinstance(poison.task, Continue)
+    before = snapshot(store, claim.instance.id)
+    with pytest.raises(DataRejected, match="NUL"):
+        store.apply(Commit(claim.instance.id, claim.instance.version, poison, "w"))
+    assert snapshot(store, claim.instance.id) == before
+
+
+def test_threads_that_continue_at_once_share_statements(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads, rounds = 8, 15
+    claims = [started(store) for _ in range(threads)]
+    sent: list[int] = []
+    send = store._continues._send  # type: ignore[union-attr]
+    first = threading.Event()
+
+    def counting(items: Sequence[Any]) -> Any:
+        if not first.is_set():
+            # The first statement waits until every other thread has queued behind it,
+            # so the next one carries them all: the grouping is the test's, not luck's.
+            first.set()
+            deadline = time.monotonic() + 10
+            while len(store._continues._queued) < threads - 1:  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "the threads never queued"
+                time.sleep(0.001)
+        sent.append(len(items))
+        return send(items)
+
+    monkeypatch.setattr(store._continues, "_send", counting)
+    errors: list[BaseException] = []
+    go = threading.Barrier(threads)
+
+    def run(claim: Claim) -> None:
+        try:
+            go.wait()
+            state, version = claim.instance.projection(in_flight=True), claim.instance.version
+            for _ in range(rounds):
+                d = decide.start(state, "first")  # a Continue: the next attempt's intent
+                version = store.apply(Commit(claim.instance.id, version, d, "w"))
+                state = d.state
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(c,)) for c in claims]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(timeout=60)
+    assert errors == []
+    assert sent[1] >= threads - 1  # everyone queued behind the first statement
+    assert sum(sent) == threads * rounds  # every decision once
+    for claim in claims:
+        rec = store.get(claim.instance.id)
+        assert rec is not None
+        assert rec.version == claim.instance.version + rounds
+        events = store.events(claim.instance.id)
+        assert rec.projection().comparable() == fold(events).comparable()
+        attempts = [e.attempt for e in events if e.event_type == Ev.STEP_STARTED]
+        assert attempts == list(range(1, rounds + 2))  # the claim's, then one a decision
+
+
+def test_a_watched_instance_in_a_group_is_notified_once_with_its_highest_seq(
+    store: PostgresStore,
+) -> None:
+    a, b = moved_on(started(store)), moved_on(started(store))
+    with psycopg.connect(PG_DSN, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{store.live_channel}"')
+        import asyncio
+
+        loop = asyncio.new_event_loop()
+        sub = store.live_hub().subscribe(a.instance_id, loop)
+        try:
+            list(listener.notifies(timeout=0.2))  # nothing yet
+            store._send_continues([(a, _item(a)), (b, _item(b))])
+            got = [n.payload for n in listener.notifies(timeout=0.3)]
+        finally:
+            sub.close()
+            loop.close()
+    assert got == [f"{a.instance_id} {store.events(a.instance_id)[-1].seq}"]
+
+
+def test_group_min_zero_sends_every_decision_alone(pg_dsn: str, pg_schema: str) -> None:
+    s = PostgresStore(pg_dsn, schema=pg_schema, group_min=0)
+    try:
+        s.migrate()
+        assert s._continues is None
+        commit = moved_on(started(s))
+        assert s.apply(commit) == commit.version + 1
+    finally:
+        s.close()
+    with pytest.raises(ValueError, match="group_min"):
+        PostgresStore(pg_dsn, schema=pg_schema, group_min=-1)
+
+
+def _item(commit: Commit) -> str:
+    from statemachine_wf.stores.postgres import _continue_item
+
+    return _continue_item(commit)
+
+
+def _version(outcome: int | BaseException) -> int:
+    assert isinstance(outcome, int), outcome
+    return outcome
