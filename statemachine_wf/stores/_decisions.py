@@ -122,7 +122,7 @@ class SqlStore(SqlReads):
                     # One statement: the finish's CTEs, then the claim's (see
                     # _finish_then_claim).
                     sent()
-                    version, claimed = self._apply(commit, params)
+                    version, claimed = self._finish_claiming(commit, types, lease, incarnation)
                 else:
                     version = self.apply(commit)
                 if claimed is not None:
@@ -139,6 +139,15 @@ class SqlStore(SqlReads):
         # must not be earlier than the due time the finish gave a lock waiter it woke.
         version, claimed = self._apply(commit, params)
         return version, self._claims(claimed or [], worker, lease, incarnation)
+
+    def _finish_claiming(
+        self, commit: Commit, types: Sequence[str], lease: float, incarnation: str
+    ) -> tuple[int, list[tuple[Row, Any, Any]] | None]:
+        """The finish ``commit`` and a claim for its worker, as one statement (PostgreSQL,
+        which also sends several workers' at once: ``PostgresStore``); the claim's rows,
+        or None when the finish made a task due and nothing was claimed."""
+        worker = str(commit.worker)
+        return self._apply(commit, lambda: self._claim_params(types, worker, lease, 1, incarnation))
 
     def _apply(
         self, commit: Commit, claim: Callable[[], dict[str, Any]] | None

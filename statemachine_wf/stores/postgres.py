@@ -11,25 +11,13 @@ notification channel is per schema so neighbours do not wake each other.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
-from typing import Any
 
-from ..core.decide import Continue, Decision
-from ..core.store import Commit, DagSnapshot, NewInstance
+from ..core.store import DagSnapshot, NewInstance
 from ..core.waits import NewSignal
-from ..errors import (
-    ConcurrencyConflict,
-    DataRejected,
-    InvalidState,
-    NotFound,
-    PayloadTooLarge,
-    StoreError,
-    StoreUnavailable,
-)
-from ._common import dumps, event_dicts, event_record, instance_record, key_clash, projection_params
-from ._group import Group
+from ..errors import InvalidState, NotFound, PayloadTooLarge, StoreError
+from ._common import event_record, instance_record, key_clash
 from ._live import LiveHub, Subscription
 
 try:
@@ -40,7 +28,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the PostgreSQL store needs the postgres extra: pip install 'statemachine_wf[postgres]'"
     ) from exc
 
-from ._pgconn import PgConnections, Q, _jsonb, log  # needs psycopg: after the check above
+from ._pgconn import Q, _jsonb, log  # needs psycopg: after the check above
+from ._pggroup import PgGrouped
 from ._pglive import LiveListener
 
 
@@ -50,9 +39,10 @@ def _sizes(message: str) -> tuple[int, int]:
     return (int(found.group(1)), int(found.group(2))) if found else (-1, -1)
 
 
-class PostgresStore(PgConnections):
+class PostgresStore(PgGrouped):
     """A :class:`~statemachine_wf.core.store.Store` on PostgreSQL (its connections, the pool and
-    LISTEN, are :class:`~statemachine_wf.stores._pgconn.PgConnections`)."""
+    LISTEN, are :class:`~statemachine_wf.stores._pgconn.PgConnections`; the decisions its
+    threads commit at once share statements: :class:`~._pggroup.PgGrouped`)."""
 
     dialect = "postgres"
     json_decoded = True  # jsonb comes back decoded (by _common.loads, see _configured)
@@ -60,73 +50,6 @@ class PostgresStore(PgConnections):
     # claim as one transaction took two round trips more (BEGIN, COMMIT) than the commit it
     # saved (bench/README.md, "the finish and the next claim in one transaction").
     one_writer = False
-
-    def __init__(self, url: str, *, group_min: int = 2, **options: Any) -> None:
-        """Open the pool (see :class:`~statemachine_wf.stores._pgconn.PgConnections` for
-        ``url`` and the ``options``).
-
-        Args:
-            group_min: the fewest Continue decisions of this process's threads that share
-                one statement (group commit: ``stores/_group.py``); fewer go alone, as
-                every other decision does. 2 by default: a decision that finds none
-                queued beside it is sent at once, alone. 1 sends even a lone one through
-                the shared statement (the contract suite runs a store so); 0 never
-                groups.
-        """
-        if group_min < 0:
-            raise ValueError(f"group_min must be >= 0, got {group_min}")
-        super().__init__(url, **options)
-        self._group_min = group_min
-        self._continues: Group[tuple[Commit, str], int] | None = (
-            Group(self._send_continues, most=GROUP_MOST, interrupted=_unknown)
-            if group_min
-            else None
-        )
-
-    # -- decisions: group commit --------------------------------------------------------
-    def apply(self, commit: Commit) -> int:
-        if self._continues is None or not _groupable(commit.decision):
-            return super().apply(commit)
-        # Encoded on the decision's own thread: a value no store keeps is this decision's
-        # DataRejected, raised here, never its batch's.
-        return self._continues.submit(commit.instance_id, (commit, _continue_item(commit)))
-
-    def _send_continues(self, items: Sequence[tuple[Commit, str]]) -> list[int | BaseException]:
-        """The Group's ``send``: the items as one ``apply_continues`` statement (or each
-        alone, below ``group_min``); a version or an exception an item."""
-        if len(items) < self._group_min:
-            return [self._alone(commit) for commit, _ in items]
-        params = self._params(
-            batch="[" + ",".join(text for _, text in items) + "]",
-            ids=[commit.instance_id for commit, _ in items],
-        )
-        try:
-            with self._statement() as conn:
-                rows = self._run(conn, "apply_continues", params).fetchall()
-        except (ConcurrencyConflict, DataRejected):
-            # The statement wrote nothing: a decision's duplicate event (a lost race) or
-            # a value the server refused. Each alone, so that only that one fails.
-            return [self._alone(commit) for commit, _ in items]
-        except StoreError as exc:  # the database: every decision's, each its own copy
-            return [_copied(exc) for _ in items]
-        versions = {str(row["id"]): int(row["version"]) for row in rows}
-        return [
-            versions[commit.instance_id]
-            if commit.instance_id in versions
-            else self._cas_lost(commit)  # its CAS: the version moved since the decision
-            for commit, _ in items
-        ]
-
-    def _alone(self, commit: Commit) -> int | BaseException:
-        try:
-            return super().apply(commit)
-        except Exception as exc:
-            return exc
-
-    def _cas_lost(self, commit: Commit) -> ConcurrencyConflict:
-        current = self.get(commit.instance_id)
-        version = None if current is None else current.version
-        return ConcurrencyConflict(commit.instance_id, commit.version, version)
 
     # -- producers --------------------------------------------------------------------
     def _create_batch(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
@@ -226,64 +149,3 @@ class PostgresStore(PgConnections):
             conn.execute(
                 sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
             )
-
-
-GROUP_MOST = 32
-"""The most Continue decisions one ``apply_continues`` statement carries."""
-
-# The projection's JSON columns, each encoded as apply_head's parameter is.
-_JSON_FIELDS = ("attempts", "progress", "error", "waits")
-
-
-def _groupable(decision: Decision) -> bool:
-    """A plain Continue (``apply_continues`` writes no signals and no dead letter)."""
-    return (
-        isinstance(decision.task, Continue)
-        and decision.dead_letter is None
-        and not decision.signals
-    )
-
-
-def _continue_item(commit: Commit) -> str:
-    """One element of ``apply_continues``' batch: the parameters apply_head,
-    append_events and apply_continue take for this decision, as a JSON object.
-
-    Each JSON value is encoded, and checked, by the same ``dumps`` as a decision sent
-    alone, so a batch refuses nothing that a lone decision would keep, and the reverse.
-    """
-    decision = commit.decision
-    task = decision.task
-    if not isinstance(task, Continue):
-        raise TypeError(f"only a Continue decision is grouped, not {task!r}")
-    params = projection_params(decision.state, dumps)
-    scalars = {k: v for k, v in params.items() if k not in _JSON_FIELDS}
-    scalars.update(
-        id=commit.instance_id,
-        version=commit.version,
-        node=task.node,
-        attempt=task.attempt,
-        failures=task.failures,
-        worker=commit.worker,
-        lease=commit.lease,
-    )
-    head = json.dumps(scalars, separators=(",", ":"))
-    values = "".join(f',"{k}":{"null" if params[k] is None else params[k]}' for k in _JSON_FIELDS)
-    return f'{head[:-1]}{values},"events":{dumps(event_dicts(decision))}}}'
-
-
-def _copied(exc: StoreError) -> StoreError:
-    """A copy of ``exc`` for one submitter (an exception object is raised by one thread)."""
-    copy: StoreError = (
-        StoreUnavailable(str(exc), lost=exc.lost)
-        if isinstance(exc, StoreUnavailable)
-        else StoreError(str(exc))
-    )
-    copy.__cause__ = exc
-    return copy
-
-
-def _unknown(exc: BaseException) -> StoreError:
-    """The outcome of a decision whose batch's sending thread was interrupted."""
-    return StoreUnavailable(
-        f"postgres: the statement carrying this decision was interrupted: {exc!r}"
-    )

@@ -163,13 +163,13 @@ WITH inst AS (
 )
 SELECT version, (SELECT count(*) FROM live) AS live FROM inst;
 
--- name: apply_continues
--- Several Continue decisions in one statement: the group commit of a runner's worker
--- threads (stores/_group.py; docs/architecture.md, "Group commit on PostgreSQL"). Each
--- decision is what apply_head, append_events and apply_continue write for it alone, and
--- each keeps its own CAS: a decision whose version moved matches no row in `inst`, so
--- nothing of it is written, and the others commit. The batch never holds one instance
--- twice (the group takes one decision an instance).
+-- name: group_head
+-- Several decisions in one statement: the group commit of a runner's worker threads
+-- (stores/_group.py; docs/architecture.md, "Group commit on PostgreSQL"). Each decision is
+-- what apply_head and append_events write for it alone, and each keeps its own CAS: a
+-- decision whose version moved matches no row in `inst`, so nothing of it is written, and
+-- the others commit. The batch never holds one instance twice (the group takes one
+-- decision an instance). Followed by group_continue, or by group_finish and the claim.
 WITH b AS (
     SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS b (
         id uuid, version integer, status text, step text, step_attempts integer,
@@ -191,8 +191,8 @@ WITH b AS (
     -- plan made on a table of a few thousand rows hashed all of them (800 buffers a call).
     WHERE i.id = ANY(%(ids)s::uuid[]) AND i.id = b.id AND i.version = b.version
     -- watched: read from the row as this statement updates it (see apply_head).
-    RETURNING i.id, i.version, i.watched, b.events, b.worker, b.node, b.attempt,
-              b.failures, b.lease
+    RETURNING i.id, i.version, i.parent_id, i.parent_node, i.watched, b.events, b.worker,
+              b.node, b.attempt, b.failures, b.lease
 ), ev AS (
     -- Each decision's events in its order (append_events); a duplicate once-per-attempt
     -- event fails the whole statement, and the store then commits each decision alone.
@@ -211,8 +211,11 @@ WITH b AS (
     FROM inst JOIN ev ON ev.instance_id = inst.id
     WHERE inst.watched
     GROUP BY inst.id
-), task AS (
-    -- apply_continue's lease rule, each decision with its own worker and lease.
+)
+
+-- name: group_continue
+-- apply_continue's lease rule, each decision with its own worker and lease.
+, task AS (
     UPDATE wf_tasks t
     SET node = inst.node, attempt = inst.attempt, in_flight = true,
         failures = inst.failures, lease_owner = inst.worker,
@@ -221,6 +224,63 @@ WITH b AS (
     FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
 )
 SELECT id, version, (SELECT count(*) FROM live) AS live FROM inst;
+
+-- name: group_finish
+-- apply_finish for every row of `inst`, and the claim after them (_then_claim): a grouped
+-- finish settles no signals of its own (stores/postgres.py, _groupable), so every signal
+-- still pending is the instance's to end.
+, task AS (
+    DELETE FROM wf_tasks t USING inst WHERE t.instance_id = inst.id AND t.slot = ''
+), sig_end AS (
+    UPDATE wf_signals s
+    SET state = CASE WHEN s.kind = 'timer' THEN 'void' ELSE 'dead' END, settled_at = now()
+    FROM inst
+    WHERE s.instance_id = inst.id AND s.state = 'pending'
+    RETURNING s.*, inst.worker
+), sig_end_dead AS (
+    INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
+    SELECT e.instance_id,
+           jsonb_build_object('signal', e.id, 'instance_id', e.instance_id, 'kind', e.kind,
+                              'name', e.name, 'payload', e.payload,
+                              'tokened', e.token IS NOT NULL),
+           'the instance ended before the signal was applied', e.worker
+    FROM sig_end e WHERE e.kind = 'signal'
+), rel AS (
+    DELETE FROM wf_locks l USING inst WHERE l.holder = inst.id RETURNING l.key
+), freed AS (
+    SELECT key FROM rel
+    UNION
+    SELECT w.key FROM wf_lock_waiters w, inst
+    WHERE w.instance_id = inst.id AND NOT EXISTS (SELECT 1 FROM wf_locks l WHERE l.key = w.key)
+), woke AS (
+    -- As apply_finish's, with none of the instances that end here woken.
+    UPDATE wf_tasks SET due_at = now()
+    WHERE lease_owner IS NULL
+      AND instance_id IN (
+          SELECT DISTINCT ON (w.key) w.instance_id
+          FROM wf_lock_waiters w JOIN freed ON freed.key = w.key
+          WHERE w.instance_id NOT IN (SELECT id FROM inst)
+            AND EXISTS (SELECT 1 FROM wf_tasks t
+                        WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
+          ORDER BY w.key, w.since, w.instance_id)
+    RETURNING id
+), parent AS (
+    UPDATE wf_tasks t
+    SET due_at = CASE WHEN t.lease_owner IS NULL THEN now() ELSE t.due_at END
+    FROM inst
+    WHERE t.instance_id = inst.parent_id AND t.slot = inst.parent_node
+    RETURNING t.lease_owner IS NULL AS due
+), done AS (
+    -- A row an instance that ended here, each worth one claim (`slots`); `made_due` is
+    -- the statement's (see apply_finish's `done`): then nothing is claimed.
+    SELECT d.id, d.version, d.made_due, 1::bigint AS slots,
+           CASE WHEN d.made_due THEN pg_notify(%(channel)s, 'finish') END AS notified
+    FROM (SELECT inst.id, inst.version,
+                 EXISTS (SELECT 1 FROM woke) OR EXISTS (SELECT 1 FROM parent WHERE due)
+                     AS made_due
+          FROM inst) AS d
+)
+SELECT version, notified, (SELECT count(*) FROM live) AS live FROM done;
 
 -- name: apply_reschedule
 , task AS (
@@ -299,7 +359,7 @@ SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS liv
     -- row), and nothing is when this commit made a task due (`made_due`): the statement's
     -- snapshot does not hold that task's new due time, and the claim that follows a
     -- finish takes the lock waiter the finish woke. The store then claims on its own.
-    SELECT d.id, d.version, d.made_due,
+    SELECT d.id, d.version, d.made_due, 1::bigint AS slots,
            CASE WHEN d.made_due THEN pg_notify(%(channel)s, 'finish') END AS notified
     FROM (SELECT inst.id, inst.version,
                  EXISTS (SELECT 1 FROM woke) OR EXISTS (SELECT 1 FROM parent WHERE due)
@@ -380,10 +440,11 @@ GROUP BY state;
 -- still due. The `+ 16` is the slack for those races: a claim whose candidates were all
 -- taken by others comes back empty, and its runner, finding work due, claims again.
 WITH done AS (
-    -- What a finish earlier in the same statement did (apply_finish's `done`): alone,
-    -- the claim has one row that excludes nothing.
+    -- What the finishes earlier in the same statement did (apply_finish's `done`, a row
+    -- an instance that ended, each worth one claim): alone, the claim has one row that
+    -- excludes nothing and is worth :limit claims.
     SELECT NULL::uuid AS id, NULL::integer AS version, false AS made_due,
-           NULL::text AS notified
+           %(limit)s::bigint AS slots, NULL::text AS notified
 ), live AS (
     -- Likewise the finish's live notification (append_events): alone, none.
     SELECT NULL::void AS sent WHERE false
@@ -413,6 +474,11 @@ WITH done AS (
           UNION ALL
           SELECT id, 1 AS rank, priority, due_at FROM rest) AS both_picks
     GROUP BY id
+), ended AS (
+    SELECT coalesce(array_agg(id) FILTER (WHERE id IS NOT NULL), '{}') AS ids,
+           coalesce(bool_or(made_due), false) AS made_due,
+           coalesce(sum(slots), 0) AS slots
+    FROM done
 ), picked AS (
     -- The candidates in the claim's order, each fetched by its key and locked as it is
     -- reached, until :limit are taken: the LATERAL keeps it a key lookup per candidate
@@ -427,18 +493,22 @@ WITH done AS (
     -- of a deadlock with the finish of a lease that ran out (PostgreSQL broke it after
     -- deadlock_timeout, with an error on one side). Passed over, the task stays due for
     -- the next claim (`more` says so). The DAG claim does the same (migration 018).
+    --
+    -- After finishes (`done`): never an instance that ended here, nothing at all when one
+    -- of them made a task due, and one claim a finish whose CAS held (none after a lost
+    -- CAS: no row in `done`, `slots` sums to 0).
     SELECT t.id
     FROM (SELECT * FROM cand ORDER BY rank, priority, due_at OFFSET 0) AS c
-    CROSS JOIN done
+    CROSS JOIN ended
     CROSS JOIN LATERAL (
         SELECT w.id FROM wf_tasks w JOIN wf_instances i ON i.id = w.instance_id
         WHERE w.id = c.id AND w.due_at <= now()
-          AND w.instance_id IS DISTINCT FROM done.id AND NOT done.made_due
+          AND w.instance_id <> ALL (ended.ids) AND NOT ended.made_due
         FOR NO KEY UPDATE OF i SKIP LOCKED
         FOR UPDATE OF w SKIP LOCKED
     ) AS t
     ORDER BY c.rank, c.priority, c.due_at
-    LIMIT %(limit)s
+    LIMIT (SELECT slots FROM ended)
 ), prev AS (
     -- `fast`: the step starts in this commit (decide.start's rule) unless the task is
     -- a DAG's, a run started from SQL (node '': the runner resolves its first step), in
@@ -548,10 +618,13 @@ SELECT c.*, true AS leased, to_jsonb(b) AS instance,
        -- worker. Without it every claim woke one, which mostly claimed nothing and asked
        -- next_due. One that a racing claim takes counts too: a wake-up too many is harmless.
        EXISTS (SELECT 1 FROM cand WHERE cand.id NOT IN (SELECT id FROM picked)) AS more,
-       -- After a finish, its row even when nothing was claimed (then the rest is NULL).
-       d.version AS done_version, d.made_due, d.notified,
+       -- After finishes, each one's row even when nothing was claimed (then the rest is
+       -- NULL): paired with the claims by their order, at most one claim a finish.
+       d.id AS done_id, d.version AS done_version, d.made_due, d.notified,
        (SELECT count(*) FROM live) + (SELECT count(*) FROM started_live) AS live
-FROM done d LEFT JOIN (claimed c LEFT JOIN bumped b ON b.id = c.instance_id) ON true;
+FROM (SELECT done.*, row_number() OVER () AS n FROM done) AS d
+FULL JOIN (SELECT claimed.*, row_number() OVER () AS n FROM claimed) AS c ON c.n = d.n
+LEFT JOIN bumped b ON b.id = c.instance_id;
 
 -- name: claim_instance_lock
 -- The start-up claim of one instance, in the claim's transaction (which then bumps the

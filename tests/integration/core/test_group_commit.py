@@ -18,14 +18,17 @@ from typing import Any
 import psycopg
 import pytest
 
-from statemachine_wf import ConcurrencyConflict, DataRejected
+from statemachine_wf import ConcurrencyConflict, DataRejected, Status
 from statemachine_wf.core import decide
-from statemachine_wf.core.decide import Continue, Decision
+from statemachine_wf.core.decide import Continue, Decision, Finish
 from statemachine_wf.core.fold import fold
 from statemachine_wf.core.store import Claim, Commit
+from statemachine_wf.core.waits import NewSignal
 from statemachine_wf.definition.events import Ev, NewEvent
+from statemachine_wf.stores._pggroup import _batch_item, _ClaimFor, _Item
 from statemachine_wf.stores.postgres import PostgresStore
-from tests.contract.helpers import started
+from tests.contract.helpers import TYPE, claim_one, started
+from tests.integration.core.test_store_contract import new
 from tests.plugins.stores import PG_DSN
 from tests.unit.core.workflows import ThreeSteps
 
@@ -75,7 +78,7 @@ def test_one_statement_commits_each_decision_on_its_own_version(store: PostgresS
     stale = Commit(b.instance_id, b.version - 1, b.decision, "w")
     before = snapshot(store, b.instance_id)
 
-    outcomes = store._send_continues([(x, _item(x)) for x in (a, stale, c)])
+    outcomes = store._send_continues([_item(x) for x in (a, stale, c)])
 
     assert isinstance(outcomes[1], ConcurrencyConflict)
     assert snapshot(store, b.instance_id) == before  # nothing of the stale one
@@ -95,7 +98,7 @@ def test_a_duplicate_event_fails_its_own_decision_and_the_others_commit(
     dup = Commit(b.instance_id, version, twice, "w")
     before = snapshot(store, b.instance_id)
 
-    outcomes = store._send_continues([(a, _item(a)), (dup, _item(dup))])
+    outcomes = store._send_continues([_item(a), _item(dup)])
 
     assert isinstance(outcomes[1], ConcurrencyConflict)
     assert snapshot(store, b.instance_id) == before
@@ -180,12 +183,100 @@ def test_a_watched_instance_in_a_group_is_notified_once_with_its_highest_seq(
         sub = store.live_hub().subscribe(a.instance_id, loop)
         try:
             list(listener.notifies(timeout=0.2))  # nothing yet
-            store._send_continues([(a, _item(a)), (b, _item(b))])
+            store._send_continues([_item(a), _item(b)])
             got = [n.payload for n in listener.notifies(timeout=0.3)]
         finally:
             sub.close()
             loop.close()
     assert got == [f"{a.instance_id} {store.events(a.instance_id)[-1].seq}"]
+
+
+def ended(claim: Claim) -> Commit:
+    """The claimed instance cancelled at once: a plain Finish."""
+    d = decide.cancel(claim.instance.projection(in_flight=True), leased=False)
+    assert isinstance(d.task, Finish)
+    return Commit(claim.instance.id, claim.instance.version, d, "w")
+
+
+def finishing(commits: Sequence[Commit]) -> list[_Item]:
+    claim = _ClaimFor((TYPE,), "w", 300.0, "")
+    return [_Item(c, _batch_item(c), claim) for c in commits]
+
+
+def claimed_ids(outcome: Any) -> list[str]:
+    assert not isinstance(outcome, BaseException), outcome
+    _version, rows = outcome
+    assert rows is not None
+    return [str(row["instance_id"]) for row, _raw, _signals in rows]
+
+
+def test_finishes_sent_together_each_claim_one_task_and_never_their_own(
+    store: PostgresStore,
+) -> None:
+    running = [started(store) for _ in range(4)]
+    waiting = {new(store) for _ in range(3)}  # due: three claims for four finishes
+    commits = [ended(c) for c in running]
+    # One finish has lost its CAS: nothing of it is written, and no claim is made for it.
+    commits[1] = Commit(commits[1].instance_id, commits[1].version - 1, commits[1].decision, "w")
+    before = snapshot(store, commits[1].instance_id)
+
+    outcomes = store._send_finishes(finishing(commits))
+
+    assert isinstance(outcomes[1], ConcurrencyConflict)
+    assert snapshot(store, commits[1].instance_id) == before
+    taken = [claimed_ids(outcomes[n]) for n in (0, 2, 3)]
+    assert sorted(len(t) for t in taken) == [1, 1, 1]  # one each, all there were
+    assert {i for t in taken for i in t} == waiting
+    for n in (0, 2, 3):
+        rec = store.get(commits[n].instance_id)
+        assert rec is not None
+        assert rec.status == Status.CANCELLED
+        assert rec.version == commits[n].version + 1 == outcomes[n][0]  # type: ignore[index]
+        assert store.task(commits[n].instance_id) is None
+        assert rec.projection().comparable() == fold(store.events(rec.id)).comparable()
+    for iid in waiting:  # each claim started its instance's first step
+        task = store.task(iid)
+        assert task is not None
+        assert (task.lease_owner, task.in_flight) == ("w", True)
+        assert store.events(iid)[-1].event_type == Ev.STEP_STARTED
+
+
+def test_a_grouped_finish_dead_letters_the_signals_its_instance_never_applied(
+    store: PostgresStore,
+) -> None:
+    signalled = new(store)
+    store.signal(NewSignal(signalled, "ping", {"n": 1}))
+    first = claim_one(store)
+    second = started(store)
+    assert first.instance.id == signalled
+
+    outcomes = store._send_finishes(finishing([ended(first), ended(second)]))
+
+    assert all(not isinstance(o, BaseException) for o in outcomes), outcomes
+    assert store.signal_counts(instance_id=signalled)["dead"] == 1
+    [letter] = store.dead_letters()
+    assert letter["reason"] == "the instance ended before the signal was applied"
+    assert letter["envelope"]["name"] == "ping"
+    assert letter["worker"] == "w"
+
+
+def test_finishes_that_make_a_task_due_claim_nothing_in_their_statement(
+    store: PostgresStore,
+) -> None:
+    holder, other = started(store, type_="c.holder.v1"), started(store)
+    waiter = new(store, delay=3600)  # parked on the lock: due only when woken
+    store.acquire_lock("k", holder.instance.id)
+    assert store.acquire_lock("k", waiter) == holder.instance.id
+
+    outcomes = store._send_finishes(finishing([ended(holder), ended(other)]))
+
+    # The statement's snapshot does not hold the waiter's new due time: each worker claims
+    # on its own (SqlStore.apply_and_claim), and sees it.
+    assert [o[1] for o in outcomes] == [None, None]  # type: ignore[index]
+    assert store.lock_holder("k") is None
+    task = store.task(waiter)
+    assert task is not None
+    assert task.due_at <= time.time()
 
 
 def test_group_min_zero_sends_every_decision_alone(pg_dsn: str, pg_schema: str) -> None:
@@ -201,10 +292,8 @@ def test_group_min_zero_sends_every_decision_alone(pg_dsn: str, pg_schema: str) 
         PostgresStore(pg_dsn, schema=pg_schema, group_min=-1)
 
 
-def _item(commit: Commit) -> str:
-    from statemachine_wf.stores.postgres import _continue_item
-
-    return _continue_item(commit)
+def _item(commit: Commit) -> _Item:
+    return _Item(commit, _batch_item(commit))
 
 
 def _version(outcome: int | BaseException) -> int:

@@ -1,0 +1,260 @@
+"""PostgreSQL group commit: decisions that a runner's threads commit at the same moment,
+sent as one statement (docs/architecture.md, "Group commit on PostgreSQL").
+
+Two kinds are grouped, each by its own :class:`~._group.Group`: a step that moves on (a
+plain Continue: ``group_head`` + ``group_continue``), and an instance's end with the claim
+of its worker's next task (a plain Finish: ``group_head`` + ``group_finish`` + the claim,
+one claim a finish). Every other decision goes alone, as before. Each decision keeps its
+own CAS and its own outcome; a statement that fails having written nothing (a duplicate
+event, a value the server refuses) is followed by each decision alone, so that only the
+one at fault fails.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..core.decide import Continue, Decision, Finish
+from ..core.store import Commit
+from ..errors import ConcurrencyConflict, DataRejected, StoreError, StoreUnavailable
+from ._base import Row
+from ._common import dumps, event_dicts, projection_params
+from ._group import Group
+from ._pgconn import PgConnections, _joined, _then_claim, execute
+
+log = logging.getLogger("statemachine_wf.postgres")
+
+R = TypeVar("R")
+
+GROUP_MOST = 32
+"""The most decisions one statement carries."""
+
+Finished = tuple[int, list[tuple[Row, Any, Any]] | None]
+"""A finish's outcome: its new version, and its claim's rows (None: the statement made a
+task due and claimed nothing, so the worker claims on its own)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ClaimFor:
+    """Whose claim a finish makes: the same for every finish of one statement."""
+
+    types: tuple[str, ...]
+    worker: str
+    lease: float
+    incarnation: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    commit: Commit
+    text: str
+    """The decision as one element of ``group_head``'s batch (see :func:`_batch_item`)."""
+    claim: _ClaimFor | None = None
+
+
+class PgGrouped(PgConnections):
+    """:class:`PgConnections` whose plain Continues and Finishes go in shared statements."""
+
+    def __init__(self, url: str, *, group_min: int = 2, **options: Any) -> None:
+        """Open the pool (see :class:`~._pgconn.PgConnections` for ``url`` and ``options``).
+
+        Args:
+            group_min: the fewest decisions of this process's threads that share one
+                statement; fewer go alone. 2 by default: a decision that finds none queued
+                beside it is sent at once, alone, as it always was. 1 sends even a lone
+                one through the shared statement (the contract suite runs a store so);
+                0 never groups.
+        """
+        if group_min < 0:
+            raise ValueError(f"group_min must be >= 0, got {group_min}")
+        super().__init__(url, **options)
+        self._group_min = group_min
+        self._continues: Group[_Item, int] | None = None
+        self._finishes: Group[_Item, Finished] | None = None
+        if group_min:
+            self._continues = Group(self._send_continues, most=GROUP_MOST, interrupted=_unknown)
+            self._finishes = Group(self._send_finishes, most=GROUP_MOST, interrupted=_unknown)
+
+    # -- the decisions that are grouped ---------------------------------------------------
+    def apply(self, commit: Commit) -> int:
+        if self._continues is None or not _groupable(commit.decision, Continue):
+            return super().apply(commit)
+        # Encoded on the decision's own thread: a value no store keeps is this decision's
+        # DataRejected, raised here, never its batch's.
+        return self._continues.submit(commit.instance_id, _Item(commit, _batch_item(commit)))
+
+    def _finish_claiming(
+        self, commit: Commit, types: Sequence[str], lease: float, incarnation: str
+    ) -> Finished:
+        if self._finishes is None or not _groupable(commit.decision, Finish):
+            return super()._finish_claiming(commit, types, lease, incarnation)
+        claim = _ClaimFor(tuple(types), str(commit.worker), lease, incarnation)
+        item = _Item(commit, _batch_item(commit), claim)
+        return self._finishes.submit(commit.instance_id, item)
+
+    # -- the groups' sends ----------------------------------------------------------------
+    def _send_continues(self, items: Sequence[_Item]) -> list[int | BaseException]:
+        def versions(rows: list[Row]) -> list[int | BaseException]:
+            new = {str(row["id"]): int(row["version"]) for row in rows}
+            return [
+                new[i.commit.instance_id]
+                if i.commit.instance_id in new
+                # its CAS: the version moved since the decision, and nothing of it is written
+                else self._cas_lost(i.commit)
+                for i in items
+            ]
+
+        text = _joined(("group_head", "group_continue"))
+        return self._send(items, text, {}, versions, self._continue_alone)
+
+    def _send_finishes(self, items: Sequence[_Item]) -> list[Finished | BaseException]:
+        # One claim's parameters a statement: the finishes of one runner share them (its
+        # worker id, types, lease, incarnation), so there is one statement a runner.
+        by_claim: dict[_ClaimFor, list[int]] = {}
+        for n, item in enumerate(items):
+            by_claim.setdefault(_claim_of(item), []).append(n)
+        out: list[Finished | BaseException | None] = [None] * len(items)
+        for claim, where in by_claim.items():
+            part = [items[n] for n in where]
+            for n, outcome in zip(where, self._send_claiming(part, claim), strict=True):
+                out[n] = outcome
+        return [o for o in out if o is not None]
+
+    def _send_claiming(
+        self, items: Sequence[_Item], claim: _ClaimFor
+    ) -> list[Finished | BaseException]:
+        def finished(rows: list[Row]) -> list[Finished | BaseException]:
+            done = {str(r["done_id"]): r for r in rows if r["done_id"] is not None}
+            # At most one claim a finish whose CAS held: the claim's LIMIT is their count.
+            claimed = self._claimed_rows(None, rows)
+            out: list[Finished | BaseException] = []
+            for item in items:
+                row = done.get(item.commit.instance_id)
+                if row is None:  # its CAS: nothing of it written, nothing claimed for it
+                    out.append(self._cas_lost(item.commit))
+                elif row["made_due"]:  # a finish made a task due: each worker claims
+                    out.append((int(row["done_version"]), None))
+                else:
+                    out.append((int(row["done_version"]), claimed[:1]))
+                    claimed = claimed[1:]
+            if claimed:  # never, by the LIMIT: handed back rather than left leased
+                log.error("group commit: %d claims with no finish to take them", len(claimed))
+                self._release_claims(claim.worker, [row for row, _, _ in claimed])
+            return out
+
+        extra = self._claim_params(
+            claim.types, claim.worker, claim.lease, len(items), claim.incarnation
+        )
+        text = _then_claim(("group_head", "group_finish"))
+        return self._send(items, text, extra, finished, self._finish_alone)
+
+    def _send(
+        self,
+        items: Sequence[_Item],
+        text: str,
+        extra: dict[str, Any],
+        outcomes: Callable[[list[Row]], list[R | BaseException]],
+        alone: Callable[[_Item], R],
+    ) -> list[R | BaseException]:
+        """The items as one statement ``text``, its rows read by ``outcomes``; each alone
+        below ``group_min``, or when the statement failed having written nothing."""
+        if len(items) < self._group_min:
+            return [_outcome(alone, item) for item in items]
+        params = self._params(
+            **extra,
+            batch="[" + ",".join(item.text for item in items) + "]",
+            ids=[item.commit.instance_id for item in items],
+        )
+        try:
+            with self._statement() as conn:
+                rows = list(execute(conn, text, params).fetchall())
+        except (ConcurrencyConflict, DataRejected):
+            # A decision's duplicate event (a lost race) or a value the server refused:
+            # the statement wrote nothing. Each alone, so that only that one fails.
+            return [_outcome(alone, item) for item in items]
+        except StoreError as exc:  # the database: every decision's, each its own copy
+            return [_copied(exc) for _ in items]
+        return outcomes(rows)
+
+    def _continue_alone(self, item: _Item) -> int:
+        return super().apply(item.commit)
+
+    def _finish_alone(self, item: _Item) -> Finished:
+        c = _claim_of(item)
+        return super()._finish_claiming(item.commit, c.types, c.lease, c.incarnation)
+
+    def _cas_lost(self, commit: Commit) -> ConcurrencyConflict:
+        current = self.get(commit.instance_id)
+        version = None if current is None else current.version
+        return ConcurrencyConflict(commit.instance_id, commit.version, version)
+
+    def _release_claims(self, worker: str, rows: list[Row]) -> None:
+        for row in rows:
+            self.release(
+                worker=worker, instance_ids=[str(row["instance_id"])], token=row["lease_token"]
+            )
+
+
+# The projection's JSON columns, each encoded as apply_head's parameter is.
+_JSON_FIELDS = ("attempts", "progress", "error", "waits")
+
+
+def _groupable(decision: Decision, kind: type[Continue | Finish]) -> bool:
+    """A plain decision of ``kind``: the group's statements write no signals and no
+    dead letter of a decision's own."""
+    return isinstance(decision.task, kind) and decision.dead_letter is None and not decision.signals
+
+
+def _batch_item(commit: Commit) -> str:
+    """One element of ``group_head``'s batch: the parameters apply_head, append_events
+    and apply_continue take for this decision alone, as a JSON object.
+
+    Each JSON value is encoded, and checked, by the same ``dumps`` as a decision sent
+    alone, so a batch refuses nothing that a lone decision would keep, and the reverse.
+    """
+    decision = commit.decision
+    task = decision.task
+    params = projection_params(decision.state, dumps)
+    scalars = {k: v for k, v in params.items() if k not in _JSON_FIELDS}
+    scalars.update(id=commit.instance_id, version=commit.version, worker=commit.worker)
+    scalars.update(lease=commit.lease, node=None, attempt=None, failures=None)
+    if isinstance(task, Continue):
+        scalars.update(node=task.node, attempt=task.attempt, failures=task.failures)
+    head = json.dumps(scalars, separators=(",", ":"))
+    values = "".join(f',"{k}":{"null" if params[k] is None else params[k]}' for k in _JSON_FIELDS)
+    return f'{head[:-1]}{values},"events":{dumps(event_dicts(decision))}}}'
+
+
+def _claim_of(item: _Item) -> _ClaimFor:
+    if item.claim is None:
+        raise TypeError("a grouped finish carries the claim it makes")
+    return item.claim
+
+
+def _outcome(call: Callable[[_Item], R], item: _Item) -> R | BaseException:
+    try:
+        return call(item)
+    except Exception as exc:
+        return exc
+
+
+def _copied(exc: StoreError) -> StoreError:
+    """A copy of ``exc`` for one submitter (an exception object is raised by one thread)."""
+    copy: StoreError = (
+        StoreUnavailable(str(exc), lost=exc.lost)
+        if isinstance(exc, StoreUnavailable)
+        else StoreError(str(exc))
+    )
+    copy.__cause__ = exc
+    return copy
+
+
+def _unknown(exc: BaseException) -> StoreError:
+    """The outcome of a decision whose statement's sending thread was interrupted."""
+    return StoreUnavailable(
+        f"postgres: the statement carrying this decision was interrupted: {exc!r}"
+    )
