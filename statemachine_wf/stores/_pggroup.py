@@ -188,7 +188,12 @@ class PgGrouped(PgConnections):
         return super()._finish_claiming(item.commit, c.types, c.lease, c.incarnation)
 
     def _cas_lost(self, commit: Commit) -> ConcurrencyConflict:
-        current = self.get(commit.instance_id)
+        """A lost CAS, with the version that won where it can be read (the message's;
+        the runner reads the instance again anyway)."""
+        try:
+            current = self.get(commit.instance_id)
+        except StoreError:  # read on another thread's behalf: its outcome, not this error
+            current = None
         version = None if current is None else current.version
         return ConcurrencyConflict(commit.instance_id, commit.version, version)
 
