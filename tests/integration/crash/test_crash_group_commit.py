@@ -1,0 +1,73 @@
+"""PostgreSQL group commit under SIGKILL: a runner of eight threads, whose decisions share
+statements, killed in the middle of a run loses nothing and completes nothing twice.
+
+A statement is one transaction: the decisions it carries commit together or not at all,
+and a thread whose decision did not commit is, after the kill, a step in doubt like any
+other. The decisions of several instances that one statement committed share its
+``now()``, which is how the test sees that the victim did group them.
+"""
+
+from __future__ import annotations
+
+import signal
+from functools import partial
+
+import pytest
+
+from statemachine_wf.client.machine import Client
+
+from .harness import Children, Target, assert_durable, poll_until, sql_scalar
+from .workflows import STEPS, Ledgered
+
+
+@pytest.mark.crash
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_runner_killed_with_grouped_statements_in_flight_loses_nothing(
+    pg_target: Target,
+) -> None:
+    n, threads = 300, 8
+    store = pg_target.open_store()
+    ledger = pg_target.open_ledger()
+    sql = pg_target.open_sql()
+    scalar = partial(sql_scalar, sql)
+    try:
+        with Children(pg_target) as kids:
+            victim = kids.spawn(
+                "grp-victim", lease=2.0, concurrency=threads, kill="complete:before:150"
+            )
+            client = Client(store)
+            ids = [client.start(Ledgered, {"n": i}) for i in range(n)]
+            assert kids.wait_exit(victim, 90, "the victim's kill") == -signal.SIGKILL
+
+            # Several instances' completions in one statement: one transaction's now().
+            grouped = scalar(
+                "SELECT count(*) FROM (SELECT created_at FROM wf_events"
+                " WHERE worker = 'grp-victim' AND event_type = 'STEP_COMPLETED'"
+                " GROUP BY created_at HAVING count(DISTINCT instance_id) > 1) AS g"
+            )
+            assert grouped > 0, "the victim never grouped a statement"
+
+            heir = kids.spawn("grp-heir", lease=2.0, concurrency=threads)
+            poll_until(
+                lambda: scalar("SELECT count(*) FROM wf_instances WHERE status = 'COMPLETED'") == n,
+                timeout=120,
+                what=f"{n} instances after the victim's kill",
+                interval=0.25,
+            )
+            kids.terminate(heir)
+
+        rows = sql.execute(
+            "SELECT instance_id::text, node, count(*) FROM wf_events"
+            " WHERE event_type = 'STEP_COMPLETED' GROUP BY 1, 2"
+        ).fetchall()
+        assert len(rows) == n * len(STEPS)
+        assert not [r for r in rows if r[2] != 1], "a step completed twice"
+        assert_durable(store, ledger, ids)  # verify() == {} and the ledger, per instance
+        # Only the steps the victim held when it died ran again: at most one a thread.
+        reruns = sum(c - 1 for c in ledger.runs().values())
+        assert 1 <= reruns <= threads, f"{reruns} reruns; the victim held 1 to {threads} steps"
+    finally:
+        sql.close()
+        ledger.close()
+        store.close()
