@@ -1,13 +1,13 @@
 """PostgreSQL group commit: decisions that a runner's threads commit at the same moment,
 sent as one statement (docs/architecture.md, "Group commit on PostgreSQL").
 
-Two kinds are grouped, each by its own :class:`~._group.Group`: a step that moves on (a
-plain Continue: ``group_head`` + ``group_continue``), and an instance's end with the claim
-of its worker's next task (a plain Finish: ``group_head`` + ``group_finish`` + the claim,
-one claim a finish). Every other decision goes alone, as before. Each decision keeps its
-own CAS and its own outcome; a statement that fails having written nothing (a duplicate
-event, a value the server refuses) is followed by each decision alone, so that only the
-one at fault fails.
+Three kinds are grouped, each by its own :class:`~._group.Group`: a step that moves on (a
+plain Continue: :data:`CONTINUES`), an instance's end with the claim of its worker's next
+task (a plain Finish, one claim a finish: :data:`FINISHES` and the claim), and a DAG
+node's commit (:data:`DAG_COMMITS`). Every other decision goes alone, as before. Each
+decision keeps its own CAS and its own outcome; a statement that fails having written
+nothing (a duplicate event, a value the server refuses) is followed by each decision
+alone, so that only the one at fault fails.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from ..core.decide import Continue, Decision, Finish
-from ..core.store import Commit
+from ..core.store import Commit, DagCommit
 from ..errors import ConcurrencyConflict, DataRejected, StoreError, StoreUnavailable
 from ._base import Row
 from ._common import dumps, event_dicts, projection_params
@@ -32,6 +33,13 @@ R = TypeVar("R")
 
 GROUP_MOST = 32
 """The most decisions one statement carries."""
+
+CONTINUES = ("group_head", "group_events", "group_live", "group_continue")
+"""The named pieces of the statement of several Continues."""
+FINISHES = ("group_head", "group_events", "group_live", "group_finish")
+"""Of several finishes; the claim's CTEs follow them (``_pgconn._then_claim``)."""
+DAG_COMMITS = ("dag_group_head", "group_events", "dag_group_tail")
+"""Of several DAG commits."""
 
 Finished = tuple[int, list[tuple[Row, Any, Any]] | None]
 """A finish's outcome: its new version, and its claim's rows (None: the statement made a
@@ -50,9 +58,12 @@ class _ClaimFor:
 
 @dataclass(frozen=True, slots=True)
 class _Item:
-    commit: Commit
+    instance_id: str
     text: str
-    """The decision as one element of ``group_head``'s batch (see :func:`_batch_item`)."""
+    """The decision as one element of the statement's batch (see :func:`_batch_item`)."""
+    alone: Callable[[], Any]
+    """Sends the decision alone, as it was sent before there were groups."""
+    commit: Commit | None = None
     claim: _ClaimFor | None = None
 
 
@@ -75,41 +86,70 @@ class PgGrouped(PgConnections):
         self._group_min = group_min
         self._continues: Group[_Item, int] | None = None
         self._finishes: Group[_Item, Finished] | None = None
+        self._dags: Group[_Item, Row] | None = None
         if group_min:
             self._continues = Group(self._send_continues, most=GROUP_MOST, interrupted=_unknown)
             self._finishes = Group(self._send_finishes, most=GROUP_MOST, interrupted=_unknown)
+            self._dags = Group(self._send_dags, most=GROUP_MOST, interrupted=_unknown)
 
     # -- the decisions that are grouped ---------------------------------------------------
     def apply(self, commit: Commit) -> int:
         if self._continues is None or not _groupable(commit.decision, Continue):
             return super().apply(commit)
-        # Encoded on the decision's own thread: a value no store keeps is this decision's
-        # DataRejected, raised here, never its batch's.
-        return self._continues.submit(commit.instance_id, _Item(commit, _batch_item(commit)))
+        return self._continues.submit(commit.instance_id, self._continue_item(commit))
 
     def _finish_claiming(
         self, commit: Commit, types: Sequence[str], lease: float, incarnation: str
     ) -> Finished:
         if self._finishes is None or not _groupable(commit.decision, Finish):
             return super()._finish_claiming(commit, types, lease, incarnation)
-        claim = _ClaimFor(tuple(types), str(commit.worker), lease, incarnation)
-        item = _Item(commit, _batch_item(commit), claim)
+        item = self._finish_item(commit, types, lease, incarnation)
         return self._finishes.submit(commit.instance_id, item)
+
+    # Each item is encoded on its decision's own thread: a value no store keeps is that
+    # decision's DataRejected, raised there, never its batch's.
+    def _continue_item(self, commit: Commit) -> _Item:
+        alone = partial(super().apply, commit)
+        return _Item(commit.instance_id, _batch_item(commit), alone, commit)
+
+    def _finish_item(
+        self, commit: Commit, types: Sequence[str], lease: float, incarnation: str
+    ) -> _Item:
+        claim = _ClaimFor(tuple(types), str(commit.worker), lease, incarnation)
+        alone = partial(super()._finish_claiming, commit, types, lease, incarnation)
+        return _Item(commit.instance_id, _batch_item(commit), alone, commit, claim)
+
+    def _dag_apply(self, commit: DagCommit, params: dict[str, Any]) -> Row:
+        # Not a commit its blockers vouch for (its own head), nor one with a dead letter.
+        if self._dags is None or commit.blockers or commit.decision.dead_letter is not None:
+            return super()._dag_apply(commit, params)
+        alone = partial(super()._dag_apply, commit, params)
+        return self._dags.submit(
+            commit.instance_id, _Item(commit.instance_id, _dag_item(params), alone)
+        )
 
     # -- the groups' sends ----------------------------------------------------------------
     def _send_continues(self, items: Sequence[_Item]) -> list[int | BaseException]:
         def versions(rows: list[Row]) -> list[int | BaseException]:
             new = {str(row["id"]): int(row["version"]) for row in rows}
             return [
-                new[i.commit.instance_id]
-                if i.commit.instance_id in new
+                new[i.instance_id]
+                if i.instance_id in new
                 # its CAS: the version moved since the decision, and nothing of it is written
-                else self._cas_lost(i.commit)
+                else self._cas_lost(_commit_of(i))
                 for i in items
             ]
 
-        text = _joined(("group_head", "group_continue"))
-        return self._send(items, text, {}, versions, self._continue_alone)
+        return self._send(items, _joined(CONTINUES), {}, versions)
+
+    def _send_dags(self, items: Sequence[_Item]) -> list[Row | BaseException]:
+        def applied(rows: list[Row]) -> list[Row | BaseException]:
+            new = {str(row["id"]): row for row in rows}
+            # A lost CAS as dag_apply reports it alone: no read of the current version (the
+            # executor reads the log's tail anyway).
+            return [new.get(i.instance_id) or ConcurrencyConflict(i.instance_id, -1) for i in items]
+
+        return self._send(items, _joined(DAG_COMMITS), {}, applied)
 
     def _send_finishes(self, items: Sequence[_Item]) -> list[Finished | BaseException]:
         # One claim's parameters a statement: the finishes of one runner share them (its
@@ -133,9 +173,9 @@ class PgGrouped(PgConnections):
             claimed = self._claimed_rows(None, rows)
             out: list[Finished | BaseException] = []
             for item in items:
-                row = done.get(item.commit.instance_id)
+                row = done.get(item.instance_id)
                 if row is None:  # its CAS: nothing of it written, nothing claimed for it
-                    out.append(self._cas_lost(item.commit))
+                    out.append(self._cas_lost(_commit_of(item)))
                 elif row["made_due"]:  # a finish made a task due: each worker claims
                     out.append((int(row["done_version"]), None))
                 else:
@@ -149,8 +189,7 @@ class PgGrouped(PgConnections):
         extra = self._claim_params(
             claim.types, claim.worker, claim.lease, len(items), claim.incarnation
         )
-        text = _then_claim(("group_head", "group_finish"))
-        return self._send(items, text, extra, finished, self._finish_alone)
+        return self._send(items, _then_claim(FINISHES), extra, finished)
 
     def _send(
         self,
@@ -158,16 +197,15 @@ class PgGrouped(PgConnections):
         text: str,
         extra: dict[str, Any],
         outcomes: Callable[[list[Row]], list[R | BaseException]],
-        alone: Callable[[_Item], R],
     ) -> list[R | BaseException]:
         """The items as one statement ``text``, its rows read by ``outcomes``; each alone
         below ``group_min``, or when the statement failed having written nothing."""
         if len(items) < self._group_min:
-            return [_outcome(alone, item) for item in items]
+            return [_alone(item) for item in items]
         params = self._params(
             **extra,
             batch="[" + ",".join(item.text for item in items) + "]",
-            ids=[item.commit.instance_id for item in items],
+            ids=[item.instance_id for item in items],
         )
         try:
             with self._statement() as conn:
@@ -175,17 +213,10 @@ class PgGrouped(PgConnections):
         except (ConcurrencyConflict, DataRejected):
             # A decision's duplicate event (a lost race) or a value the server refused:
             # the statement wrote nothing. Each alone, so that only that one fails.
-            return [_outcome(alone, item) for item in items]
+            return [_alone(item) for item in items]
         except StoreError as exc:  # the database: every decision's, each its own copy
             return [_copied(exc) for _ in items]
         return outcomes(rows)
-
-    def _continue_alone(self, item: _Item) -> int:
-        return super().apply(item.commit)
-
-    def _finish_alone(self, item: _Item) -> Finished:
-        c = _claim_of(item)
-        return super()._finish_claiming(item.commit, c.types, c.lease, c.incarnation)
 
     def _cas_lost(self, commit: Commit) -> ConcurrencyConflict:
         """A lost CAS, with the version that won where it can be read (the message's;
@@ -240,11 +271,53 @@ def _claim_of(item: _Item) -> _ClaimFor:
     return item.claim
 
 
-def _outcome(call: Callable[[_Item], R], item: _Item) -> R | BaseException:
+def _commit_of(item: _Item) -> Commit:
+    if item.commit is None:
+        raise TypeError("a grouped state-machine decision carries its commit")
+    return item.commit
+
+
+def _alone(item: _Item) -> Any:
+    """The item sent alone: its outcome, or the exception it raised."""
     try:
-        return call(item)
+        return item.alone()
     except Exception as exc:
         return exc
+
+
+# A DAG commit's parameters (dag_apply_params, its take's token), as dag_group_head reads
+# them: the JSON ones already encoded by the store's checked Jsonb.
+_DAG_SCALARS = (
+    "id",
+    "version",
+    "status",
+    "worker",
+    "finish",
+    "done",
+    "retry",
+    "retry_delay",
+    "retry_failures",
+    "token",
+    "sib_token",
+    "lease",
+)
+_DAG_JSON = ("progress", "error", "events", "dispatch")
+
+
+def _dag_item(params: dict[str, Any]) -> str:
+    """One element of ``dag_group_head``'s batch: the parameters ``dag_apply`` takes alone."""
+    head = json.dumps({k: params[k] for k in _DAG_SCALARS}, separators=(",", ":"))
+    values = "".join(f',"{k}":{_jsonb_text(params[k])}' for k in _DAG_JSON)
+    return f"{head[:-1]}{values}}}"
+
+
+def _jsonb_text(value: Any) -> str:
+    """The JSON text of a parameter made by ``_pgconn._jsonb`` (it carries its checked
+    encoding); ``null`` for None."""
+    if value is None:
+        return "null"
+    text: str = value.dumps(value.obj)
+    return text
 
 
 def _copied(exc: StoreError) -> StoreError:

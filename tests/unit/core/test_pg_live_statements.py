@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import re
 
-from statemachine_wf.stores._pgconn import _then_claim
+from statemachine_wf.stores._pgconn import _joined, _then_claim
+from statemachine_wf.stores._pggroup import CONTINUES, DAG_COMMITS, FINISHES
 from statemachine_wf.stores._sql import queries
 
 # Nobody can watch an instance before it exists (live_watch refuses an unknown id), so a
 # create's WORKFLOW_CREATED needs no notification.
 CREATES = {"create", "create_many", "dag_create"}
 NOTIFY = "pg_notify(%(live)s"
+# The group commit's events piece is never sent alone: the statements it is part of are
+# checked whole (test_the_grouped_statements_notify_once_and_read_it).
+PIECES = {"group_events"}
 
 
 def test_every_statement_that_inserts_events_notifies_the_watchers() -> None:
     q = queries("postgres")
     appending = {name for name, text in q.items() if "INSERT INTO wf_events" in text}
     assert appending >= {"append_events", "claim", "dag_claim", "dag_tail", "soft_delete"}
-    for name in sorted(appending - CREATES):
+    for name in sorted(appending - CREATES - PIECES):
         text = q[name]
         assert NOTIFY in text, f"{name}: no live notification"
         # Only for a watched instance: the row's flag, or the registry.
@@ -60,3 +64,20 @@ def test_the_finish_and_claim_statement_keeps_both_notifications() -> None:
     assert fused.count(NOTIFY) == 2  # the finished instance's and the claimed one's
     assert "SELECT NULL::void AS sent WHERE false" not in fused  # the claim's placeholder
     assert "(SELECT count(*) FROM live) + (SELECT count(*) FROM started_live)" in fused
+
+
+def test_the_grouped_statements_notify_once_and_read_it() -> None:
+    # Each statement of the group commit that inserts events: one notifying CTE, read.
+    for names in (CONTINUES, DAG_COMMITS):
+        text = _joined(names)
+        assert "INSERT INTO wf_events" in text
+        assert text.count(NOTIFY) == 1, names
+        assert ".watched" in text, names
+    assert "(SELECT count(*) FROM live)" in _final_select(_joined(CONTINUES))
+    assert "(SELECT count(*) FROM dag_live)" in _final_select(_joined(DAG_COMMITS))
+    # The finishes and the claim after them: the finishes' and the claimed instances'.
+    fused = _then_claim(FINISHES)
+    assert fused.count(NOTIFY) == 2
+    claim = _final_select(fused)
+    assert "(SELECT count(*) FROM live)" in claim
+    assert "(SELECT count(*) FROM started_live)" in claim
