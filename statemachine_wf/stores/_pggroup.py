@@ -1,13 +1,13 @@
 """PostgreSQL group commit: decisions that a runner's threads commit at the same moment,
 sent as one statement (docs/architecture.md, "Group commit on PostgreSQL").
 
-Three kinds are grouped, each by its own :class:`~._group.Group`: a step that moves on (a
-plain Continue: :data:`CONTINUES`), an instance's end with the claim of its worker's next
-task (a plain Finish, one claim a finish: :data:`FINISHES` and the claim), and a DAG
-node's commit (:data:`DAG_COMMITS`). Every other decision goes alone, as before. Each
-decision keeps its own CAS and its own outcome; a statement that fails having written
-nothing (a duplicate event, a value the server refuses) is followed by each decision
-alone, so that only the one at fault fails.
+Two kinds are grouped, each by its own :class:`~._group.Group`: a step that moves on (a
+plain Continue: :data:`CONTINUES`), and an instance's end with the claim of its worker's
+next task (a plain Finish, one claim a finish: :data:`FINISHES` and the claim). Every
+other decision goes alone, as before (DAG commits were tried and not kept: bench/README.md,
+"Session 31"). Each decision keeps its own CAS and its own outcome; a statement that fails
+having written nothing (a duplicate event, a value the server refuses) is followed by each
+decision alone, so that only the one at fault fails.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from ..core.decide import Continue, Decision, Finish
-from ..core.store import Commit, DagCommit
+from ..core.store import Commit
 from ..errors import ConcurrencyConflict, DataRejected, StoreError, StoreUnavailable
 from ._base import Row
 from ._common import dumps, event_dicts, projection_params
@@ -38,8 +38,6 @@ CONTINUES = ("group_head", "group_events", "group_live", "group_continue")
 """The named pieces of the statement of several Continues."""
 FINISHES = ("group_head", "group_events", "group_live", "group_finish")
 """Of several finishes; the claim's CTEs follow them (``_pgconn._then_claim``)."""
-DAG_COMMITS = ("dag_group_head", "group_events", "dag_group_tail")
-"""Of several DAG commits."""
 
 Finished = tuple[int, list[tuple[Row, Any, Any]] | None]
 """A finish's outcome: its new version, and its claim's rows (None: the statement made a
@@ -58,12 +56,11 @@ class _ClaimFor:
 
 @dataclass(frozen=True, slots=True)
 class _Item:
-    instance_id: str
+    commit: Commit
     text: str
     """The decision as one element of the statement's batch (see :func:`_batch_item`)."""
     alone: Callable[[], Any]
     """Sends the decision alone, as it was sent before there were groups."""
-    commit: Commit | None = None
     claim: _ClaimFor | None = None
 
 
@@ -86,11 +83,9 @@ class PgGrouped(PgConnections):
         self._group_min = group_min
         self._continues: Group[_Item, int] | None = None
         self._finishes: Group[_Item, Finished] | None = None
-        self._dags: Group[_Item, Row] | None = None
         if group_min:
             self._continues = Group(self._send_continues, most=GROUP_MOST, interrupted=_unknown)
             self._finishes = Group(self._send_finishes, most=GROUP_MOST, interrupted=_unknown)
-            self._dags = Group(self._send_dags, most=GROUP_MOST, interrupted=_unknown)
 
     # -- the decisions that are grouped ---------------------------------------------------
     def apply(self, commit: Commit) -> int:
@@ -110,46 +105,28 @@ class PgGrouped(PgConnections):
     # decision's DataRejected, raised there, never its batch's.
     def _continue_item(self, commit: Commit) -> _Item:
         alone = partial(super().apply, commit)
-        return _Item(commit.instance_id, _batch_item(commit), alone, commit)
+        return _Item(commit, _batch_item(commit), alone)
 
     def _finish_item(
         self, commit: Commit, types: Sequence[str], lease: float, incarnation: str
     ) -> _Item:
         claim = _ClaimFor(tuple(types), str(commit.worker), lease, incarnation)
         alone = partial(super()._finish_claiming, commit, types, lease, incarnation)
-        return _Item(commit.instance_id, _batch_item(commit), alone, commit, claim)
-
-    def _dag_apply(self, commit: DagCommit, params: dict[str, Any]) -> Row:
-        # Not a commit its blockers vouch for (its own head), nor one with a dead letter.
-        if self._dags is None or commit.blockers or commit.decision.dead_letter is not None:
-            return super()._dag_apply(commit, params)
-        alone = partial(super()._dag_apply, commit, params)
-        return self._dags.submit(
-            commit.instance_id, _Item(commit.instance_id, _dag_item(params), alone)
-        )
+        return _Item(commit, _batch_item(commit), alone, claim)
 
     # -- the groups' sends ----------------------------------------------------------------
     def _send_continues(self, items: Sequence[_Item]) -> list[int | BaseException]:
         def versions(rows: list[Row]) -> list[int | BaseException]:
             new = {str(row["id"]): int(row["version"]) for row in rows}
             return [
-                new[i.instance_id]
-                if i.instance_id in new
+                new[i.commit.instance_id]
+                if i.commit.instance_id in new
                 # its CAS: the version moved since the decision, and nothing of it is written
-                else self._cas_lost(_commit_of(i))
+                else self._cas_lost(i.commit)
                 for i in items
             ]
 
         return self._send(items, _joined(CONTINUES), {}, versions)
-
-    def _send_dags(self, items: Sequence[_Item]) -> list[Row | BaseException]:
-        def applied(rows: list[Row]) -> list[Row | BaseException]:
-            new = {str(row["id"]): row for row in rows}
-            # A lost CAS as dag_apply reports it alone: no read of the current version (the
-            # executor reads the log's tail anyway).
-            return [new.get(i.instance_id) or ConcurrencyConflict(i.instance_id, -1) for i in items]
-
-        return self._send(items, _joined(DAG_COMMITS), {}, applied)
 
     def _send_finishes(self, items: Sequence[_Item]) -> list[Finished | BaseException]:
         # One claim's parameters a statement: the finishes of one runner share them (its
@@ -173,9 +150,9 @@ class PgGrouped(PgConnections):
             claimed = self._claimed_rows(None, rows)
             out: list[Finished | BaseException] = []
             for item in items:
-                row = done.get(item.instance_id)
+                row = done.get(item.commit.instance_id)
                 if row is None:  # its CAS: nothing of it written, nothing claimed for it
-                    out.append(self._cas_lost(_commit_of(item)))
+                    out.append(self._cas_lost(item.commit))
                 elif row["made_due"]:  # a finish made a task due: each worker claims
                     out.append((int(row["done_version"]), None))
                 else:
@@ -205,7 +182,7 @@ class PgGrouped(PgConnections):
         params = self._params(
             **extra,
             batch="[" + ",".join(item.text for item in items) + "]",
-            ids=[item.instance_id for item in items],
+            ids=[item.commit.instance_id for item in items],
         )
         try:
             with self._statement() as conn:
@@ -271,53 +248,12 @@ def _claim_of(item: _Item) -> _ClaimFor:
     return item.claim
 
 
-def _commit_of(item: _Item) -> Commit:
-    if item.commit is None:
-        raise TypeError("a grouped state-machine decision carries its commit")
-    return item.commit
-
-
 def _alone(item: _Item) -> Any:
     """The item sent alone: its outcome, or the exception it raised."""
     try:
         return item.alone()
     except Exception as exc:
         return exc
-
-
-# A DAG commit's parameters (dag_apply_params, its take's token), as dag_group_head reads
-# them: the JSON ones already encoded by the store's checked Jsonb.
-_DAG_SCALARS = (
-    "id",
-    "version",
-    "status",
-    "worker",
-    "finish",
-    "done",
-    "retry",
-    "retry_delay",
-    "retry_failures",
-    "token",
-    "sib_token",
-    "lease",
-)
-_DAG_JSON = ("progress", "error", "events", "dispatch")
-
-
-def _dag_item(params: dict[str, Any]) -> str:
-    """One element of ``dag_group_head``'s batch: the parameters ``dag_apply`` takes alone."""
-    head = json.dumps({k: params[k] for k in _DAG_SCALARS}, separators=(",", ":"))
-    values = "".join(f',"{k}":{_jsonb_text(params[k])}' for k in _DAG_JSON)
-    return f"{head[:-1]}{values}}}"
-
-
-def _jsonb_text(value: Any) -> str:
-    """The JSON text of a parameter made by ``_pgconn._jsonb`` (it carries its checked
-    encoding); ``null`` for None."""
-    if value is None:
-        return "null"
-    text: str = value.dumps(value.obj)
-    return text
 
 
 def _copied(exc: StoreError) -> StoreError:

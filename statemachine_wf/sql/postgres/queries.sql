@@ -197,10 +197,9 @@ WITH b AS (
 )
 
 -- name: group_events
--- Each decision's events in its order (append_events), for the rows of `inst` (group_head
--- or dag_group_head); a duplicate once-per-attempt event fails the whole statement, and
--- the store then commits each decision alone. A notifying piece follows: group_live, or
--- dag_group_tail's dag_live.
+-- Each decision's events in its order (append_events), for the rows of `inst`; a duplicate
+-- once-per-attempt event fails the whole statement, and the store then commits each
+-- decision alone. group_live, which notifies the watchers, follows.
 , ev AS (
     INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker)
     SELECT inst.id, e.node, e.event_type, e.attempt, coalesce(e.payload, '{}'), e.error,
@@ -1123,102 +1122,6 @@ SELECT version,
        -- The seqs of the decision's events: the committer folds them into its cached
        -- view of the log without reading them back (SqlStore.dag_commit).
        (SELECT coalesce(jsonb_agg(seq ORDER BY seq), '[]') FROM ev) AS seqs,
-       (SELECT count(*) FROM dag_live) AS live
-FROM inst;
-
--- name: dag_group_head
--- Several DAG commits in one statement (group_head's rules): each the plain dag_head of
--- its decision, on its own version. Followed by group_events and dag_group_tail.
-WITH b AS (
-    SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS b (
-        id uuid, version integer, status text, progress jsonb, error jsonb, events jsonb,
-        worker text, finish boolean, done text, retry text, retry_delay float8,
-        retry_failures integer, dispatch jsonb, token text, sib_token text, lease float8)
-), inst AS (
-    UPDATE wf_instances i
-    SET status = coalesce(b.status, i.status), progress = coalesce(b.progress, i.progress),
-        error = coalesce(b.error, i.error), version = i.version + 1, updated_at = now()
-    FROM b
-    WHERE i.id = ANY(%(ids)s::uuid[]) AND i.id = b.id AND i.version = b.version
-    RETURNING i.id, i.version, i.type, i.priority, i.watched, b.events, b.worker, b.finish,
-              b.done, b.retry, b.retry_delay, b.retry_failures, b.dispatch, b.token,
-              b.sib_token, b.lease
-)
-
--- name: dag_group_tail
--- dag_tail for every row of `inst`, each with its own parameters.
-, gone AS (
-    DELETE FROM wf_tasks t USING inst
-    WHERE t.instance_id = inst.id AND (inst.finish OR t.slot = inst.done)
-), retried AS (
-    UPDATE wf_tasks t
-    SET due_at = now() + inst.retry_delay * interval '1 second',
-        failures = inst.retry_failures, in_flight = false, lease_owner = NULL
-    FROM inst
-    WHERE t.instance_id = inst.id AND t.slot = inst.retry AND t.lease_owner = inst.worker
-    RETURNING t.instance_id
-), added AS (
-    -- No ON CONFLICT (see dag_tail): a node whose task is still open fails the statement,
-    -- and then each commit is sent alone, as a lost CAS for the one at fault.
-    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
-                          lease_owner, lease_token, in_flight)
-    SELECT inst.id, d.node, d.node, 'dag', inst.type, inst.priority,
-           now() + CASE WHEN inst.token IS NULL THEN d.delay ELSE inst.lease END
-                   * interval '1 second',
-           d.attempt + (inst.token IS NOT NULL)::int,
-           CASE WHEN inst.token IS NOT NULL THEN inst.worker END, inst.token,
-           inst.token IS NOT NULL
-    FROM inst, jsonb_to_recordset(inst.dispatch) AS d (node text, delay float8, attempt int)
-    RETURNING *
-), sib AS (
-    -- dag_tail's sibling, one an instance whose commit takes one.
-    SELECT s.id, inst.worker, inst.sib_token, inst.lease
-    FROM inst
-    CROSS JOIN LATERAL (
-        SELECT t.id FROM wf_tasks t
-        WHERE t.instance_id = inst.id AND t.kind = 'dag' AND t.due_at <= now()
-          AND t.slot IS DISTINCT FROM inst.done
-        ORDER BY t.priority, t.due_at
-        LIMIT 1
-        FOR UPDATE OF t SKIP LOCKED
-    ) AS s
-    WHERE inst.sib_token IS NOT NULL
-), sib_taken AS (
-    UPDATE wf_tasks t
-    SET lease_owner = sib.worker, lease_token = sib.sib_token,
-        due_at = now() + sib.lease * interval '1 second',
-        attempt = t.attempt + 1, in_flight = true
-    FROM sib WHERE t.id = sib.id
-    RETURNING t.*
-), sib_started AS (
-    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
-    SELECT s.instance_id, s.slot, 'NODE_STARTED', s.attempt,
-           jsonb_build_object('failures', s.failures), s.lease_owner
-    FROM sib_taken s
-    ON CONFLICT DO NOTHING
-    RETURNING instance_id, seq
-), dag_live AS (
-    -- One notification a watched instance, over its events and its sibling's NODE_STARTED.
-    SELECT pg_notify(%(live)s, inst.id::text || ' ' || max(e.seq)::text) AS sent
-    FROM inst
-    JOIN (SELECT instance_id, seq FROM ev
-          UNION ALL SELECT instance_id, seq FROM sib_started) AS e ON e.instance_id = inst.id
-    WHERE inst.watched
-    GROUP BY inst.id
-)
--- Each commit's row: its version, whether it woke another worker (dag_tail's rule, for its
--- own tasks), the task it took, and the seqs of its events.
-SELECT inst.id, inst.version,
-       CASE WHEN (SELECT count(*) FROM added a WHERE a.instance_id = inst.id) > 1
-                 OR EXISTS (SELECT 1 FROM added a WHERE a.instance_id = inst.id
-                            AND a.due_at > now() AND a.lease_token IS NULL)
-                 OR EXISTS (SELECT 1 FROM retried r WHERE r.instance_id = inst.id)
-            THEN pg_notify(%(channel)s, inst.type) END AS notified,
-       coalesce((SELECT to_jsonb(a) FROM added a
-                 WHERE a.instance_id = inst.id AND a.lease_token IS NOT NULL),
-                (SELECT to_jsonb(s) FROM sib_taken s WHERE s.instance_id = inst.id)) AS taken,
-       (SELECT coalesce(jsonb_agg(ev.seq ORDER BY ev.seq), '[]') FROM ev
-        WHERE ev.instance_id = inst.id) AS seqs,
        (SELECT count(*) FROM dag_live) AS live
 FROM inst;
 

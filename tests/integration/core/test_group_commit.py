@@ -12,9 +12,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
-from functools import partial
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -26,20 +24,15 @@ from statemachine_wf.core.decide import Continue, Decision, Finish
 from statemachine_wf.core.fold import fold
 from statemachine_wf.core.store import Claim, Commit
 from statemachine_wf.core.waits import NewSignal
-from statemachine_wf.definition.dag_models import check
 from statemachine_wf.definition.events import Ev, NewEvent
 from statemachine_wf.stores._pggroup import _Item
 from statemachine_wf.stores.postgres import PostgresStore
-from tests.contract import test_dag_runs as dag_runs
 from tests.contract.helpers import TYPE, claim_one, started
 from tests.integration.core.test_store_contract import new
-from tests.integration.dag.helpers import fan_out
 from tests.plugins.stores import PG_DSN
 from tests.unit.core.workflows import ThreeSteps
 
 SPEC = ThreeSteps.spec()
-FAN = fan_out(3)  # s -> b0, b1, b2 -> e
-FAN_GRAPH = check(FAN)
 
 
 @pytest.fixture
@@ -284,135 +277,6 @@ def test_finishes_that_make_a_task_due_claim_nothing_in_their_statement(
     task = store.task(waiter)
     assert task is not None
     assert task.due_at <= time.time()
-
-
-def held_together(store: PostgresStore, group: Any, calls: Sequence[Callable[[], Any]]) -> Any:
-    """Run ``calls`` on threads of their own, the group's first statement held until the
-    others have queued behind it: ``(outcomes, the statements' sizes)``."""
-    sent: list[int] = []
-    send = group._send
-    first = threading.Event()
-
-    def held(items: Sequence[Any]) -> Any:
-        if not first.is_set():
-            first.set()
-            deadline = time.monotonic() + 10
-            while len(group._queued) < len(calls) - 1:
-                assert time.monotonic() < deadline, "the threads never queued"
-                time.sleep(0.001)
-        sent.append(len(items))
-        return send(items)
-
-    group._send = held
-    outcomes: list[Any] = [None] * len(calls)
-
-    def run(n: int) -> None:
-        try:
-            outcomes[n] = calls[n]()
-        except BaseException as exc:
-            outcomes[n] = exc
-
-    try:
-        threads = [threading.Thread(target=run, args=(n,)) for n in range(len(calls))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=30)
-    finally:
-        group._send = send
-    return outcomes, sent
-
-
-def test_dag_commits_of_several_instances_share_a_statement(store: PostgresStore) -> None:
-    ids = [dag_runs.start(store, name="fan_out", definition=FAN)[0] for _ in range(4)]
-    starts = [store.dag_claim(worker="w", types=[FAN.type], lease=300)[0] for _ in ids]
-    commits = [dag_runs.completion(store, c, {"x": 1}, FAN_GRAPH) for c in starts]
-    # One of them decided on a version that has moved: a lost CAS for it alone.
-    commits[2] = replace(commits[2], version=commits[2].version - 1)
-    before = snapshot(store, commits[2].instance_id)
-    calls = [partial(store.dag_commit, c, take="sibling", lease=300) for c in commits]
-
-    outcomes, sent = held_together(store, store._dags, calls)
-
-    assert sent == [1, 3]
-    assert isinstance(outcomes[2], ConcurrencyConflict)
-    assert snapshot(store, commits[2].instance_id) == before
-    for n in (0, 1, 3):
-        applied, commit = outcomes[n], commits[n]
-        assert not isinstance(applied, BaseException), applied
-        assert applied.version == commit.version + 1
-        assert applied.task is None  # no branch was due before this commit dispatched them
-        events = store.events(commit.instance_id)
-        assert [e.seq for e in events[-len(applied.seqs) :]] == list(applied.seqs)
-        assert [(e.event_type, e.node) for e in events[-len(applied.seqs) :]] == [
-            (e.event_type, e.node) for e in commit.decision.events
-        ]
-        slots = {t for t in ("b0", "b1", "b2") if store.task(commit.instance_id, t)}
-        assert slots == {"b0", "b1", "b2"}  # the start's task gone, the branches due
-
-    # The branches: each commit takes another due branch of its own instance.
-    done = [ids[n] for n in (0, 1, 3)]
-    branches = one_branch_each(store, done)
-    commits = [dag_runs.completion(store, b, n, FAN_GRAPH) for n, b in enumerate(branches)]
-    calls = [partial(store.dag_commit, c, take="sibling", lease=300) for c in commits]
-
-    outcomes, sent = held_together(store, store._dags, calls)
-
-    assert sent == [1, 2]
-    for branch, applied in zip(branches, outcomes, strict=True):
-        assert not isinstance(applied, BaseException), applied
-        task = applied.task
-        assert task is not None
-        assert (task.instance_id, task.lease_owner) == (branch.instance.id, "w")
-        assert task.slot in {"b0", "b1", "b2"} - {branch.task.slot}
-        # Its try counted and started in the commit, as a claim's (a spare branch the
-        # test claimed and handed back is on its second).
-        tries = [
-            e.attempt
-            for e in store.events(branch.instance.id)
-            if e.event_type == Ev.NODE_STARTED and e.node == task.slot
-        ]
-        assert tries == list(range(1, task.attempt + 1))
-
-
-def one_branch_each(store: PostgresStore, ids: list[str]) -> list[Claim]:
-    """A claimed branch of each instance, and the others of theirs due again."""
-    mine: dict[str, Claim] = {}
-    spare: list[Claim] = []
-    while len(mine) < len(ids):
-        [got] = store.dag_claim(worker="w", types=[FAN.type], lease=300)
-        if got.instance.id in mine:
-            spare.append(got)  # kept leased meanwhile, so the next claim takes another
-        else:
-            mine[got.instance.id] = got
-    for extra in spare:
-        store.release(worker="w", instance_ids=[extra.instance.id], token=extra.task.lease_token)
-    return [mine[i] for i in ids]
-
-
-def test_a_dag_commit_whose_node_task_is_still_open_fails_alone(store: PostgresStore) -> None:
-    for _ in range(3):
-        dag_runs.start(store, name="fan_out", definition=FAN)
-    held, first, second = (
-        store.dag_claim(worker="w", types=[FAN.type], lease=300)[0] for _ in "abc"
-    )
-    lead = dag_runs.completion(store, held, {"x": 0}, FAN_GRAPH)
-    ok = dag_runs.completion(store, first, {"x": 1}, FAN_GRAPH)
-    twice = dag_runs.completion(store, second, {"x": 2}, FAN_GRAPH)
-    store.dag_commit(twice)  # its branches are open now: dispatching them again conflicts
-    again = replace(twice, version=twice.version + 1)
-    before = snapshot(store, second.instance.id)
-    calls = [partial(store.dag_commit, c) for c in (lead, ok, again)]
-
-    outcomes, sent = held_together(store, store._dags, calls)
-
-    # The second statement carried both and failed on the open task; then each alone.
-    assert sent == [1, 2]
-    assert isinstance(outcomes[2], ConcurrencyConflict)
-    assert snapshot(store, second.instance.id) == before
-    for n, commit in ((0, lead), (1, ok)):
-        assert not isinstance(outcomes[n], BaseException), outcomes[n]
-        assert outcomes[n].version == commit.version + 1
 
 
 def test_group_min_zero_sends_every_decision_alone(pg_dsn: str, pg_schema: str) -> None:

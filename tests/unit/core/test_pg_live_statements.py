@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from statemachine_wf.stores._pgconn import _joined, _then_claim
-from statemachine_wf.stores._pggroup import CONTINUES, DAG_COMMITS, FINISHES
+from statemachine_wf.stores._pggroup import CONTINUES, FINISHES
 from statemachine_wf.stores._sql import queries
 
 # Nobody can watch an instance before it exists (live_watch refuses an unknown id), so a
@@ -68,13 +68,11 @@ def test_the_finish_and_claim_statement_keeps_both_notifications() -> None:
 
 def test_the_grouped_statements_notify_once_and_read_it() -> None:
     # Each statement of the group commit that inserts events: one notifying CTE, read.
-    for names in (CONTINUES, DAG_COMMITS):
-        text = _joined(names)
-        assert "INSERT INTO wf_events" in text
-        assert text.count(NOTIFY) == 1, names
-        assert ".watched" in text, names
-    assert "(SELECT count(*) FROM live)" in _final_select(_joined(CONTINUES))
-    assert "(SELECT count(*) FROM dag_live)" in _final_select(_joined(DAG_COMMITS))
+    text = _joined(CONTINUES)
+    assert "INSERT INTO wf_events" in text
+    assert text.count(NOTIFY) == 1
+    assert ".watched" in text
+    assert "(SELECT count(*) FROM live)" in _final_select(text)
     # The finishes and the claim after them: the finishes' and the claimed instances'.
     fused = _then_claim(FINISHES)
     assert fused.count(NOTIFY) == 2
