@@ -131,3 +131,42 @@ def test_an_interrupted_sender_leaves_the_others_an_unknown_outcome() -> None:
 def test_most_must_be_positive() -> None:
     with pytest.raises(ValueError, match="most"):
         Group(lambda items: list(items), most=0)
+
+
+def test_many_threads_each_get_their_own_outcome_once() -> None:
+    """A stress run: 16 threads, 200 items each over 8 keys; every item is sent once, in a
+    batch with no key twice, and its submitter gets that item's outcome, nobody hangs."""
+    batches: list[list[str]] = []
+    lock = threading.Lock()
+
+    def send(items: Sequence[str]) -> list[object]:
+        with lock:
+            batches.append(list(items))
+        time.sleep(0.0002)  # the statement's round trip, in which others queue
+        return [i.upper() for i in items]
+
+    group: Group[str, object] = Group(send, most=5)
+    wrong: list[tuple[str, object]] = []
+
+    def run(t: int) -> None:
+        for n in range(200):
+            item = f"t{t}-{n}"
+            got = group.submit(str((t + n) % 8), item)
+            if got != item.upper():
+                wrong.append((item, got))
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a submitter hung"
+    assert wrong == []
+    sent = [i for b in batches for i in b]
+    assert sorted(sent) == sorted(f"t{t}-{n}" for t in range(16) for n in range(200))
+    assert all(len(b) <= 5 for b in batches)
+    assert all(
+        len({(int(i[1:].split("-")[0]) + int(i.split("-")[1])) % 8 for i in b}) == len(b)
+        for b in batches
+    )
+    assert any(len(b) > 1 for b in batches)
