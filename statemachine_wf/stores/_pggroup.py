@@ -36,8 +36,9 @@ GROUP_MOST = 32
 
 CONTINUES = ("group_head", "group_events", "group_live", "group_continue")
 """The named pieces of the statement of several Continues."""
-FINISHES = ("group_head", "group_events", "group_live", "group_finish")
-"""Of several finishes; the claim's CTEs follow them (``_pgconn._then_claim``)."""
+FINISHES = ("group_head", "group_events", "group_live", "apply_finish")
+"""Of several finishes, whose tail is a lone finish's (it reads ``inst`` as a set); the
+claim's CTEs follow them (``_pgconn._then_claim``)."""
 
 Finished = tuple[int, list[tuple[Row, Any, Any]] | None]
 """A finish's outcome: its new version, and its claim's rows (None: the statement made a
@@ -166,6 +167,9 @@ class PgGrouped(PgConnections):
         extra = self._claim_params(
             claim.types, claim.worker, claim.lease, len(items), claim.incarnation
         )
+        # apply_finish's own parameters: no signal settled by any of them (_groupable),
+        # and the dead letters of their unapplied signals written by the claim's worker.
+        extra["settled"] = "[]"
         return self._send(items, _then_claim(FINISHES), extra, finished)
 
     def _send(

@@ -170,7 +170,7 @@ SELECT version, (SELECT count(*) FROM live) AS live FROM inst;
 -- own CAS: a decision whose version moved matches no row in `inst`, so nothing of it is
 -- written, and the others commit. The batch never holds one instance twice (the group
 -- takes one decision an instance). Followed by group_events and group_live, then
--- group_continue, or group_finish and the claim.
+-- group_continue, or apply_finish and the claim.
 WITH b AS (
     SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS b (
         id uuid, version integer, status text, step text, step_attempts integer,
@@ -233,63 +233,6 @@ WITH b AS (
 )
 SELECT id, version, (SELECT count(*) FROM live) AS live FROM inst;
 
--- name: group_finish
--- apply_finish for every row of `inst`, and the claim after them (_then_claim): a grouped
--- finish settles no signals of its own (stores/postgres.py, _groupable), so every signal
--- still pending is the instance's to end.
-, task AS (
-    DELETE FROM wf_tasks t USING inst WHERE t.instance_id = inst.id AND t.slot = ''
-), sig_end AS (
-    UPDATE wf_signals s
-    SET state = CASE WHEN s.kind = 'timer' THEN 'void' ELSE 'dead' END, settled_at = now()
-    FROM inst
-    WHERE s.instance_id = inst.id AND s.state = 'pending'
-    RETURNING s.*, inst.worker
-), sig_end_dead AS (
-    INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
-    SELECT e.instance_id,
-           jsonb_build_object('signal', e.id, 'instance_id', e.instance_id, 'kind', e.kind,
-                              'name', e.name, 'payload', e.payload,
-                              'tokened', e.token IS NOT NULL),
-           'the instance ended before the signal was applied', e.worker
-    FROM sig_end e WHERE e.kind = 'signal'
-), rel AS (
-    DELETE FROM wf_locks l USING inst WHERE l.holder = inst.id RETURNING l.key
-), freed AS (
-    SELECT key FROM rel
-    UNION
-    SELECT w.key FROM wf_lock_waiters w, inst
-    WHERE w.instance_id = inst.id AND NOT EXISTS (SELECT 1 FROM wf_locks l WHERE l.key = w.key)
-), woke AS (
-    -- As apply_finish's, with none of the instances that end here woken.
-    UPDATE wf_tasks SET due_at = now()
-    WHERE lease_owner IS NULL
-      AND instance_id IN (
-          SELECT DISTINCT ON (w.key) w.instance_id
-          FROM wf_lock_waiters w JOIN freed ON freed.key = w.key
-          WHERE w.instance_id NOT IN (SELECT id FROM inst)
-            AND EXISTS (SELECT 1 FROM wf_tasks t
-                        WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
-          ORDER BY w.key, w.since, w.instance_id)
-    RETURNING id
-), parent AS (
-    UPDATE wf_tasks t
-    SET due_at = CASE WHEN t.lease_owner IS NULL THEN now() ELSE t.due_at END
-    FROM inst
-    WHERE t.instance_id = inst.parent_id AND t.slot = inst.parent_node
-    RETURNING t.lease_owner IS NULL AS due
-), done AS (
-    -- A row an instance that ended here, each worth one claim (`slots`); `made_due` is
-    -- the statement's (see apply_finish's `done`): then nothing is claimed.
-    SELECT d.id, d.version, d.made_due, 1::bigint AS slots,
-           CASE WHEN d.made_due THEN pg_notify(%(channel)s, 'finish') END AS notified
-    FROM (SELECT inst.id, inst.version,
-                 EXISTS (SELECT 1 FROM woke) OR EXISTS (SELECT 1 FROM parent WHERE due)
-                     AS made_due
-          FROM inst) AS d
-)
-SELECT version, notified, (SELECT count(*) FROM live) AS live FROM done;
-
 -- name: apply_reschedule
 , task AS (
     INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
@@ -305,6 +248,8 @@ SELECT version, notified, (SELECT count(*) FROM live) AS live FROM done;
 SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS live FROM inst;
 
 -- name: apply_finish
+-- Also the tail of a group of finishes (stores/_pggroup.py: after group_head, with no
+-- signals settled and the group's one worker): every CTE here reads `inst` as a set.
 , task AS (
     DELETE FROM wf_tasks t USING inst WHERE t.instance_id = inst.id AND t.slot = ''
 ), sig_end AS (
@@ -341,8 +286,9 @@ SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS liv
     WHERE lease_owner IS NULL
       AND instance_id IN (
           SELECT DISTINCT ON (w.key) w.instance_id
-          FROM wf_lock_waiters w JOIN freed ON freed.key = w.key, inst
-          WHERE w.instance_id <> inst.id
+          FROM wf_lock_waiters w JOIN freed ON freed.key = w.key
+          -- None of the instances that end here (one, or a group's: stores/_pggroup.py).
+          WHERE w.instance_id NOT IN (SELECT id FROM inst)
             AND EXISTS (SELECT 1 FROM wf_tasks t
                         WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
           ORDER BY w.key, w.since, w.instance_id)
@@ -363,7 +309,8 @@ SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS liv
     -- commits of every runner (docs/architecture.md, "Waking up").
     --
     -- `done` is also what a claim made in this statement reads (_then_claim in
-    -- _pgconn.py): the instance that ended is never taken, nothing is on a lost CAS (no
+    -- _pgconn.py), a row an instance that ended here, each worth one claim (`slots`;
+    -- `made_due` is the statement's): the instance that ended is never taken, nothing is on a lost CAS (no
     -- row), and nothing is when this commit made a task due (`made_due`): the statement's
     -- snapshot does not hold that task's new due time, and the claim that follows a
     -- finish takes the lock waiter the finish woke. The store then claims on its own.
