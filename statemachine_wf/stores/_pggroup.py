@@ -1,13 +1,14 @@
 """PostgreSQL group commit: decisions that a runner's threads commit at the same moment,
 sent as one statement (docs/architecture.md, "Group commit on PostgreSQL").
 
-Two kinds are grouped, each by its own :class:`~._group.Group`: a step that moves on (a
-plain Continue: :data:`CONTINUES`), and an instance's end with the claim of its worker's
-next task (a plain Finish, one claim a finish: :data:`FINISHES` and the claim). Every
-other decision goes alone, as before (DAG commits were tried and not kept: bench/README.md,
-"Session 31"). Each decision keeps its own CAS and its own outcome; a statement that fails
-having written nothing (a duplicate event, a value the server refuses) is followed by each
-decision alone, so that only the one at fault fails.
+Two kinds are grouped, each by its own :class:`~._group.Group`: a step that moves on or
+saves its progress (a plain Continue or KeepTask: :data:`CONTINUES`), and an instance's
+end with the claim of its worker's next task (a plain Finish, one claim a finish:
+:data:`FINISHES` and the claim). Every other decision goes alone, as before (DAG commits
+were tried and not kept: bench/README.md, "Session 31"). Each decision keeps its own CAS
+and its own outcome; a statement that fails having written nothing (a duplicate event, a
+value the server refuses) is followed by each decision alone, so that only the one at
+fault fails.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from ..core.decide import Continue, Decision, Finish
+from ..core.decide import Continue, Decision, Finish, KeepTask
 from ..core.store import Commit
 from ..errors import ConcurrencyConflict, DataRejected, StoreError, StoreUnavailable
 from ._base import Row
@@ -90,7 +91,9 @@ class PgGrouped(PgConnections):
 
     # -- the decisions that are grouped ---------------------------------------------------
     def apply(self, commit: Commit) -> int:
-        if self._continues is None or not _groupable(commit.decision, Continue):
+        # A step that moves on, or a progress save mid-step (the identity a side effect
+        # is written under, saved before it): the two commits a step makes most.
+        if self._continues is None or not _groupable(commit.decision, (Continue, KeepTask)):
             return super().apply(commit)
         return self._continues.submit(commit.instance_id, self._continue_item(commit))
 
@@ -220,7 +223,9 @@ class PgGrouped(PgConnections):
 _JSON_FIELDS = ("attempts", "progress", "error", "waits")
 
 
-def _groupable(decision: Decision, kind: type[Continue | Finish]) -> bool:
+def _groupable(
+    decision: Decision, kind: type[Continue | Finish] | tuple[type[Continue | KeepTask], ...]
+) -> bool:
     """A plain decision of ``kind``: the group's statements write no signals and no
     dead letter of a decision's own."""
     return isinstance(decision.task, kind) and decision.dead_letter is None and not decision.signals

@@ -222,14 +222,16 @@ WITH b AS (
 )
 
 -- name: group_continue
--- apply_continue's lease rule, each decision with its own worker and lease.
+-- apply_continue's lease rule, each Continue with its own worker and lease; a decision
+-- that keeps its task as it is (a progress save: apply_keep) has no node, and its task is
+-- not touched.
 , task AS (
     UPDATE wf_tasks t
     SET node = inst.node, attempt = inst.attempt, in_flight = true,
         failures = inst.failures, lease_owner = inst.worker,
         due_at = CASE WHEN t.due_at < now() + inst.lease * interval '0.5 second'
                       THEN now() + inst.lease * interval '1 second' ELSE t.due_at END
-    FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
+    FROM inst WHERE t.instance_id = inst.id AND t.slot = '' AND inst.node IS NOT NULL
 )
 SELECT id, version, (SELECT count(*) FROM live) AS live FROM inst;
 

@@ -20,7 +20,7 @@ import pytest
 
 from statemachine_wf import ConcurrencyConflict, DataRejected, Status
 from statemachine_wf.core import decide
-from statemachine_wf.core.decide import Continue, Decision, Finish
+from statemachine_wf.core.decide import Continue, Decision, Finish, KeepTask
 from statemachine_wf.core.fold import fold
 from statemachine_wf.core.store import Claim, Commit
 from statemachine_wf.core.waits import NewSignal
@@ -84,6 +84,27 @@ def test_one_statement_commits_each_decision_on_its_own_version(store: PostgresS
     assert snapshot(store, b.instance_id) == before  # nothing of the stale one
     assert_committed(store, a, _version(outcomes[0]))
     assert_committed(store, c, _version(outcomes[2]))
+
+
+def test_a_progress_save_shares_the_statement_and_keeps_its_task(store: PostgresStore) -> None:
+    moving = moved_on(started(store))
+    saving = started(store)
+    state = saving.instance.projection(in_flight=True)
+    save = decide.saved(state, "first", 1, {"b": "key-1"})  # what ctx.save() commits
+    assert isinstance(save.task, KeepTask)
+    kept = Commit(saving.instance.id, saving.instance.version, save, "w")
+    task_before = store.task(saving.instance.id)
+
+    outcomes = store._send_continues([_item(store, moving), _item(store, kept)])
+
+    assert_committed(store, moving, _version(outcomes[0]))
+    assert _version(outcomes[1]) == kept.version + 1
+    rec = store.get(saving.instance.id)
+    assert rec is not None
+    assert rec.progress == {"b": "key-1"}
+    assert rec.projection().comparable() == fold(store.events(rec.id)).comparable()
+    assert store.events(rec.id)[-1].event_type == Ev.PROGRESS_SET
+    assert store.task(saving.instance.id) == task_before  # node, lease, attempt as they were
 
 
 def test_a_duplicate_event_fails_its_own_decision_and_the_others_commit(
