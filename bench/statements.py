@@ -72,16 +72,24 @@ class _Counted:
             return got
 
         def counted_nudge() -> None:
-            self._count("nudge (to a sleeper)" if wakeup._sleeping else "nudge (remembered)")
+            self._count("nudge (to a sleeper)" if wakeup.sleeping else "nudge (remembered)")
             nudge()
 
-        def counted_wait(timeout: float) -> bool:
-            woken = wait(timeout)
+        def counted_wait(timeout: float, types: Any = ()) -> bool:
+            woken = wait(timeout, types)
             self._count("sleep ended by a wake-up" if woken else "sleep ran out")
             return bool(woken)
 
         store.claim = counted_claim
         wakeup.nudge, wakeup.wait = counted_nudge, counted_wait
+        keep = wakeup.keep
+
+        def counted_keep(type_: str, *, made: bool = True) -> bool:
+            kept = keep(type_, made=made)
+            self._count("start kept in its process" if kept else "start told to all")
+            return bool(kept)
+
+        wakeup.keep = counted_keep
 
     def _count(self, what: str) -> None:
         with self._lock:

@@ -236,8 +236,12 @@ class TaskQueue(Protocol):
         """
         ...
 
-    def wait_for_work(self, timeout: float) -> bool:
+    def wait_for_work(self, timeout: float, *, types: Sequence[str] = ()) -> bool:
         """Block up to ``timeout`` seconds; True when woken because work may have arrived.
+
+        ``types``: what the caller claims once awake. A start of one of them made by this
+        process while the caller sleeps is handed to it, and other processes are not told
+        of it (PostgreSQL): the caller must claim once woken.
 
         A wake-up rouses *one* waiting worker; a worker that then claims something passes
         the baton with :meth:`nudge`, so a burst is picked up by as many workers as it

@@ -129,6 +129,7 @@ class Runner:
         """Drives each claimed state-machine instance (public: the testing helpers use it)."""
         self._take_next = NextClaim(self.types, self.opts.lease, self.incarnation)
         self.dag_types: tuple[str, ...] = ()
+        self._hosted: tuple[str, ...] = self.types  # what an idle worker claims once woken
         self._dag: Any = None
         self._drivers: dict[str, Callable[[Claim, bool], Claim | None]] = {
             "machine": self._drive_machine,
@@ -138,6 +139,7 @@ class Runner:
             from .dag_executor import DagExecutor
 
             self.dag_types = tuple(self.opts.dag_types)
+            self._hosted = self.types + self.dag_types
             self._dag = DagExecutor(
                 store,
                 dags,
@@ -330,8 +332,11 @@ class Runner:
                     wait = self._idle.wait(
                         self.store.next_due(types=self.types, dag_types=self.dag_types), asked
                     )
-                    if wait > 0 and self._idle.woke(self.store.wait_for_work(wait)):
-                        self.store.wait_for_work(self.opts.idle_poll)  # displaced
+                    # A worker asleep claims its types once woken: a start made here is
+                    # handed to it (store.wait_for_work's `types`).
+                    hosted = self._hosted
+                    if wait > 0 and self._idle.woke(self.store.wait_for_work(wait, types=hosted)):
+                        self.store.wait_for_work(self.opts.idle_poll, types=hosted)  # displaced
             except StoreUnavailable as exc:
                 log.debug("worker loop: %s (continuing)", exc)  # the store says it once
                 self._stopping.wait(0.5)

@@ -396,7 +396,7 @@ class SqlBase(ABC):
         self._write_all("wake_parent", id=child_id)
         self._made_due()
 
-    def wait_for_work(self, timeout: float) -> bool:
+    def wait_for_work(self, timeout: float, *, types: Sequence[str] = ()) -> bool:
         # Nobody hears of other connections' commits until the watch is up, and a
         # thread's first wait may follow a claim made before that: a task made due in
         # between would be slept through until the safety poll. So each thread's first
@@ -404,7 +404,7 @@ class SqlBase(ABC):
         # (and after a reconnect of the watch, every thread's next wait returns at once:
         # Wakeup.wake_all).
         self._start_watching()
-        return self._wakeup.wait(timeout)
+        return self._wakeup.wait(timeout, types)
 
     def nudge(self, *, types: Sequence[str] | None = None) -> None:
         if types:

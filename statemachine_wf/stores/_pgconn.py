@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import cache, lru_cache
 from typing import Any
 
+from ..core.records import NewInstance
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
 from ._common import loads
@@ -467,7 +468,36 @@ class PgConnections(SqlStore):
         # The NOTIFY channels: of the statements that make work due, and of those that grow
         # a watched instance's log (queries.sql, append_events' `live`); `now` is unused
         # (now()).
-        return {"now": time.time(), "channel": self.channel, "live": self.live_channel, **params}
+        # `notify`: whether `create` tells the other processes (see create).
+        return {
+            "now": time.time(),
+            "channel": self.channel,
+            "live": self.live_channel,
+            "notify": True,
+            **params,
+        }
+
+    def create(self, new: NewInstance) -> tuple[str, bool]:
+        # Due now, and a worker of this process that claims its type sleeps: the start is
+        # handed to that worker, and no other process is told. With a runner in every
+        # process, each process's idle worker would otherwise claim on the create's NOTIFY,
+        # one to take the task and the others to find nothing (docs/architecture.md,
+        # "Waking up").
+        if new.delay > 0 or new.run_at is not None or not self._wakeup.promise(new.type):
+            return super().create(new)
+        made = False
+        try:
+            row = self._write_one("create", **self._create_params(new), notify=False)
+            created = self._created(row, new.idempotency_key)
+            made = created is not None and created[1]
+        finally:
+            told = self._wakeup.keep(new.type, made=made)
+        if not told:
+            # That worker woke meanwhile (another wake-up, its poll), and no claim of the
+            # type is under way here: every process is told after all, as the create
+            # would have.
+            self._write_one("notify", type=new.type)
+        return created or self.create(new)
 
     def _may_exist(self, instance_id: str) -> bool:
         try:

@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 import threading
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
+
+
+class _Sleeper:
+    """One sleeping thread: its own lock, released once to wake it."""
+
+    __slots__ = ("lock", "types", "woken")
+
+    def __init__(self, types: frozenset[str]) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.types = types
+        self.woken = False
+
+    def wake(self) -> None:  # under the Wakeup's mutex, after leaving its queue
+        self.woken = True
+        self.lock.release()
 
 
 class Wakeup:
@@ -25,6 +41,10 @@ class Wakeup:
     that moment (between a claim and their sleep) look again too, not only those asleep.
     A thread's first wait returns at once for the same reason (see ``wait_for_work``).
 
+    :meth:`promise` and :meth:`keep` hand a start made in this process to a worker asleep
+    that claims its type, one start a sleeper, so that the store need not tell the other
+    processes (PostgreSQL; docs/architecture.md, "A start kept in its process").
+
     :meth:`notify` is how another connection's commit (PostgreSQL's LISTEN) and a claim's
     baton for more work wake a worker: held back while a claim of this process for that
     type is coming or in flight (:meth:`claiming`), since a claim sent after the
@@ -33,17 +53,27 @@ class Wakeup:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._sleeping = 0
+        self._mutex = threading.Lock()  # guards everything below
+        # Each sleeping thread waits on a lock of its own, so a wake-up picks the thread it
+        # wakes (one that hosts a type: ``wake_host``) and knows it woke it: a thread
+        # woken but not yet running is no longer a sleeper a second nudge could count on.
+        self._sleepers: deque[_Sleeper] = deque()
         self._missed = False
         self._epoch = 0
         self._seen = threading.local()  # .epoch: the epoch when this thread last woke
         self._claiming: Counter[str] = Counter()  # the types of the claims under way
         self._held: set[str] = set()  # notified, and no claim sent since
+        self._promised: Counter[str] = Counter()  # starts counting on a worker asleep
 
-    def wait(self, timeout: float) -> bool:
-        """Sleep up to ``timeout`` s; True when woken (or a wake-up was missed)."""
-        with self._cond:
+    @property
+    def sleeping(self) -> int:
+        """How many threads sleep now, not yet woken."""
+        return len(self._sleepers)
+
+    def wait(self, timeout: float, types: Collection[str] = ()) -> bool:
+        """Sleep up to ``timeout`` s; True when woken (or a wake-up was missed).
+        ``types``: what the caller claims once awake (see :meth:`wake_host`)."""
+        with self._mutex:
             seen = getattr(self._seen, "epoch", None)
             self._seen.epoch = self._epoch
             if seen != self._epoch:
@@ -52,28 +82,63 @@ class Wakeup:
             if self._missed:
                 self._missed = False
                 return True
-            self._sleeping += 1
-            try:
-                return self._cond.wait(timeout=timeout)
-            finally:
-                self._sleeping -= 1
-                # Woken by wake_all, this thread has looked at nothing since: the epoch
-                # it bumped is the one it has seen.
-                self._seen.epoch = self._epoch
+            me = _Sleeper(frozenset(types))
+            self._sleepers.append(me)
+        me.lock.acquire(timeout=max(timeout, 0.0))
+        with self._mutex:
+            # Woken by wake_all, this thread has looked at nothing since: the epoch it
+            # bumped is the one it has seen.
+            self._seen.epoch = self._epoch
+            if me.woken:
+                return True  # even if the wake-up came as the timeout ran out
+            self._sleepers.remove(me)
+            return False
 
     def nudge(self) -> None:
         """Wake one sleeping worker, or the next one to sleep."""
-        with self._cond:
-            if self._sleeping:
-                self._cond.notify(1)
+        with self._mutex:
+            if self._sleepers:
+                self._sleepers.popleft().wake()
             else:
                 self._missed = True
 
+    def promise(self, type_: str) -> bool:
+        """Count on a sleeping worker that claims ``type_`` for a task about to be made due
+        (a start of this process): True if one is left that no other promise counts on.
+        Each True is followed by one :meth:`keep`, whether or not the task was made."""
+        with self._mutex:
+            free = sum(type_ in sleeper.types for sleeper in self._sleepers)
+            if free <= self._promised[type_]:
+                return False
+            self._promised[type_] += 1
+            return True
+
+    def keep(self, type_: str, *, made: bool = True) -> bool:
+        """The task :meth:`promise` counted on is made (``made``): a claim of ``type_`` of
+        this process is coming, or a worker that claims it is woken. False if neither:
+        the caller tells the other processes after all."""
+        with self._mutex:
+            self._promised[type_] -= 1
+            if not self._promised[type_]:
+                del self._promised[type_]
+            if not made:
+                return True
+            if self._claiming[type_] > 0:
+                self._held.add(type_)  # as notify(): the claim under way covers it
+                return True
+            for sleeper in self._sleepers:
+                if type_ in sleeper.types:
+                    self._sleepers.remove(sleeper)
+                    sleeper.wake()
+                    return True
+        return False
+
     def wake_all(self) -> None:
         """Wake every worker: those asleep now, and every other at its next wait."""
-        with self._cond:
+        with self._mutex:
             self._epoch += 1
-            self._cond.notify_all()
+            while self._sleepers:
+                self._sleepers.popleft().wake()
 
     def notify(self, *topics: str) -> None:
         """Work of one of ``topics`` may be due (a type's name, or a word such as
@@ -84,7 +149,7 @@ class Wakeup:
         returned with none sent since, a worker is woken after all. Woken at once, it
         raced the claim whose commit was about to take the task: in PostgreSQL end-to-end
         runs that was an empty claim, then a contended sleep and another empty claim."""
-        with self._cond:
+        with self._mutex:
             if topics and all(self._claiming[t] > 0 for t in topics):
                 self._held.update(topics)
                 return
@@ -99,17 +164,17 @@ class Wakeup:
         kinds = set(types)
 
         def sent() -> None:
-            with self._cond:
+            with self._mutex:
                 self._held -= kinds
 
-        with self._cond:
+        with self._mutex:
             self._claiming.update(kinds)
         finished = False
         try:
             yield sent
             finished = True
         finally:
-            with self._cond:
+            with self._mutex:
                 self._claiming.subtract(kinds)
                 free = {t for t in self._held if self._claiming[t] <= 0}
                 self._held -= free

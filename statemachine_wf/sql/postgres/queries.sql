@@ -25,7 +25,13 @@ WITH ins AS (
            coalesce(to_timestamp(%(run_at)s::float8), now() + %(delay)s * interval '1 second')
     FROM ins
 )
-SELECT id, pg_notify(%(channel)s, type) FROM ins;
+-- Not told when a worker of the creating process takes it (stores/_pgconn.py, _hand_off).
+SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, type) END FROM ins;
+
+-- name: notify
+-- What `create` leaves out when the worker it was handed to woke before it: every
+-- process's idle workers hear of a task of `type`.
+SELECT pg_notify(%(channel)s, %(type)s);
 
 -- name: create_many
 -- A batch of `create` in one statement: one row per position of the arrays. A known

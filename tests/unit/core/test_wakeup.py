@@ -9,8 +9,8 @@ from statemachine_wf.stores._wakeup import Wakeup
 
 def _asleep(wakeup: Wakeup, count: int = 1) -> None:
     while True:  # until `count` threads are asleep
-        with wakeup._cond:
-            if wakeup._sleeping >= count:
+        with wakeup._mutex:
+            if wakeup.sleeping >= count:
                 return
 
 
@@ -164,3 +164,82 @@ def test_a_baton_of_several_types_is_held_only_while_each_has_a_claim_under_way(
             partly()  # covers t.v1 only
     assert wakeup.wait(30.0) is True  # u.v1's part woke a worker once the claims returned
     assert wakeup.wait(0.01) is False
+
+
+def _sleeper(wakeup: Wakeup, types: list[str], woken: list[bool]) -> threading.Thread:
+    def sleep() -> None:
+        wakeup.wait(30.0)  # the first wait returns at once
+        woken.append(wakeup.wait(30.0, types))
+
+    thread = threading.Thread(target=sleep)
+    before = wakeup.sleeping
+    thread.start()
+    _asleep(wakeup, before + 1)
+    return thread
+
+
+def test_a_start_counts_on_a_sleeper_that_claims_its_type_one_start_a_sleeper() -> None:
+    """A start made in this process is handed to a worker asleep that claims its type;
+    each such worker is counted on by one start at a time (the next one tells everyone)."""
+    wakeup = _primed()
+    other: list[bool] = []
+    stranger = _sleeper(wakeup, ["u.v1"], other)
+    assert not wakeup.promise("t.v1")  # asleep, but it never claims t.v1
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1", "u.v1"], woken)
+    assert wakeup.promise("t.v1")
+    assert not wakeup.promise("t.v1")  # the one host is counted on already
+    assert wakeup.keep("t.v1")  # the start committed: the host woken, not the stranger
+    host.join(timeout=30)
+    assert woken == [True]
+    assert wakeup.sleeping == 1
+    assert other == []
+    assert not wakeup.promise("t.v1")
+    wakeup.nudge()
+    stranger.join(timeout=30)
+    assert other == [True]
+
+
+def test_a_promise_given_back_wakes_nobody() -> None:
+    """The start made nothing (its idempotency key was taken): nobody needs to look."""
+    wakeup = _primed()
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken)
+    assert wakeup.promise("t.v1")
+    assert wakeup.keep("t.v1", made=False)
+    assert wakeup.sleeping == 1
+    assert wakeup.promise("t.v1")  # the sleeper is free to count on again
+    assert wakeup.keep("t.v1")
+    host.join(timeout=30)
+    assert woken == [True]
+
+
+def test_a_kept_start_is_left_to_a_claim_of_its_type_under_way() -> None:
+    """As a notification: a claim sent after the commit sees the task."""
+    wakeup = _primed()
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken)
+    assert wakeup.promise("t.v1")
+    with wakeup.claiming(["t.v1"]) as sent:
+        assert wakeup.keep("t.v1")
+        sent()
+    assert wakeup.sleeping == 1  # covered by the claim
+    assert wakeup.promise("t.v1")
+    with wakeup.claiming(["t.v1"]) as sent:
+        sent()  # in flight: its snapshot may be older than the commit
+        assert wakeup.keep("t.v1")
+        assert wakeup.sleeping == 1
+    host.join(timeout=30)  # woken once that claim returned
+    assert woken == [True]
+
+
+def test_a_start_whose_sleeper_woke_meanwhile_is_told_to_tell_everyone() -> None:
+    wakeup = _primed()
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken)
+    assert wakeup.promise("t.v1")
+    wakeup.nudge()  # something else woke it
+    host.join(timeout=30)
+    assert woken == [True]
+    assert not wakeup.keep("t.v1")
+    assert wakeup.wait(0.01) is False  # and keep remembered nothing for the next sleeper

@@ -1,0 +1,292 @@
+"""PostgreSQL: a start made where a worker of its type sleeps is handed to that worker.
+
+Every runner process LISTENs on the schema's channel, so a start's NOTIFY woke an idle
+worker in each of them, and all but one claim found nothing. A create due at once,
+through a store object whose worker sleeps and claims the type, wakes that worker and
+notifies nobody; otherwise it notifies as before (docs/architecture.md, "A start kept in
+its process").
+
+What reaches the other processes is read off a LISTEN connection of the test's own: after
+each create the test sends a marker notification on a channel of its own (the store's
+listener would wake a worker for it), and a connection that listens on both receives
+them in commit order, so whatever the create sent arrives before the marker.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import ClassVar
+
+import psycopg
+import pytest
+from psycopg import sql
+from pydantic import BaseModel
+
+from statemachine_wf import (
+    COMPLETED,
+    Client,
+    Runner,
+    RunnerOptions,
+    Status,
+    StepContext,
+    Workflow,
+    step,
+)
+from statemachine_wf.core.records import NewInstance
+from statemachine_wf.definition.events import Ev
+from statemachine_wf.stores.postgres import PostgresStore
+
+pytestmark = pytest.mark.postgres
+
+TYPE = "kept.v1"
+
+
+@pytest.fixture
+def heard(pg_store: PostgresStore, pg_dsn: str) -> Iterator[Callable[[], list[str]]]:
+    """What the schema's channel carried since the last call (a process of its own)."""
+    listener = psycopg.connect(pg_dsn, autocommit=True)
+    sender = psycopg.connect(pg_dsn, autocommit=True)
+    listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(pg_store.channel)))
+    markers = f"{pg_store.channel}_marker"
+    listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(markers)))
+
+    def drain() -> list[str]:
+        marker = uuid.uuid4().hex
+        sender.execute("SELECT pg_notify(%s, %s)", (markers, marker))
+        payloads: list[str] = []
+        deadline = time.monotonic() + 30
+        for note in listener.notifies(timeout=30):
+            if note.payload == marker:
+                return payloads
+            payloads.append(note.payload)
+            assert time.monotonic() < deadline
+        raise AssertionError("the marker notification never arrived")
+
+    drain()
+    yield drain
+    listener.close()
+    sender.close()
+
+
+class Sleeper:
+    """A worker thread of ``store`` asleep in ``wait_for_work``, claiming ``types``."""
+
+    def __init__(self, store: PostgresStore, types: list[str]) -> None:
+        self.woken: list[tuple[bool, float]] = []
+        self._store = store
+        self._types = types
+        self._thread = threading.Thread(target=self._sleep, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while store._wakeup.sleeping < 1:
+            assert time.monotonic() < deadline, "the sleeper never slept"
+            time.sleep(0.01)
+
+    def _sleep(self) -> None:
+        assert self._store.wait_for_work(60)  # a thread's first wait returns at once
+        began = time.monotonic()
+        self.woken.append((self._store.wait_for_work(60, types=self._types), began))
+
+    def join(self) -> tuple[bool, float]:
+        self._thread.join(60)
+        assert not self._thread.is_alive()
+        [(woken, began)] = self.woken
+        return woken, time.monotonic() - began
+
+
+def _new(**kw: object) -> NewInstance:
+    return NewInstance(str(uuid.uuid4()), TYPE, {}, "first", **kw)  # type: ignore[arg-type]
+
+
+def test_a_start_wakes_the_worker_of_its_type_asleep_here_and_notifies_nobody(
+    pg_store: PostgresStore, heard: Callable[[], list[str]]
+) -> None:
+    sleeper = Sleeper(pg_store, [TYPE])
+    new = _new()
+    assert pg_store.create(new) == (new.id, True)
+    woken, slept = sleeper.join()
+    assert woken
+    assert slept < 30  # by the start, not by the 60 s timeout
+    assert heard() == []  # no other process was told
+    assert pg_store.next_due(types=[TYPE]) == 0  # and the task is there, due
+
+
+def test_a_start_with_no_worker_of_its_type_asleep_here_notifies_every_process(
+    pg_store: PostgresStore, heard: Callable[[], list[str]]
+) -> None:
+    assert pg_store.create(_new())[1]  # nobody asleep at all
+    assert heard() == [TYPE]
+    other = Sleeper(pg_store, ["other.v1"])  # asleep, but it never claims this type
+    assert pg_store.create(_new())[1]
+    assert heard() == [TYPE]
+    assert other.join()[0]  # the store's own LISTEN woke it, as before
+
+
+def test_a_delayed_start_notifies_though_a_worker_of_its_type_sleeps_here(
+    pg_store: PostgresStore, heard: Callable[[], list[str]]
+) -> None:
+    """Other processes' timer holders must learn the due time."""
+    sleeper = Sleeper(pg_store, [TYPE])
+    assert pg_store.create(_new(delay=30.0))[1]
+    assert heard() == [TYPE]
+    assert sleeper.join()[0]  # woken by the store's own LISTEN
+    assert pg_store.create(_new(run_at=time.time() + 30))[1]
+    assert heard() == [TYPE]
+
+
+def test_one_sleeper_is_counted_on_by_one_start_at_a_time(
+    pg_store: PostgresStore, heard: Callable[[], list[str]]
+) -> None:
+    """A start in flight holds its promise: the next one while it does tells everyone."""
+    sleeper = Sleeper(pg_store, [TYPE])
+    assert pg_store._wakeup.promise(TYPE)  # a start in flight, say
+    assert pg_store.create(_new())[1]
+    assert heard() == [TYPE]  # the sleeper was promised to the start in flight
+    assert sleeper.join()[0]  # then woken by the store's own LISTEN, as before
+    assert not pg_store._wakeup.keep(TYPE)  # so the start in flight tells everyone too
+
+
+def test_a_start_whose_worker_woke_meanwhile_notifies_after_all(
+    pg_store: PostgresStore, heard: Callable[[], list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sleeper = Sleeper(pg_store, [TYPE])
+    wakeup = pg_store._wakeup
+    keep = wakeup.keep
+
+    def woken_first(type_: str, *, made: bool = True) -> bool:
+        wakeup.nudge()  # something else woke the sleeper between the promise and the commit
+        return keep(type_, made=made)
+
+    monkeypatch.setattr(wakeup, "keep", woken_first)
+    assert pg_store.create(_new())[1]
+    assert sleeper.join()[0]
+    assert heard() == [TYPE]  # told in a statement of its own
+
+
+def test_a_start_with_a_claim_of_its_type_under_way_here_is_left_to_that_claim(
+    pg_store: PostgresStore, heard: Callable[[], list[str]]
+) -> None:
+    """As a held notification: the claim sent after the commit sees the task."""
+    sleeper = Sleeper(pg_store, [TYPE])
+    with pg_store._wakeup.claiming([TYPE]) as sent:
+        assert pg_store.create(_new())[1]
+        assert heard() == []
+        assert pg_store._wakeup.sleeping == 1  # left asleep: the claim covers it
+        sent()
+    assert pg_store._wakeup.sleeping == 1  # covered: nobody woken
+    pg_store.nudge()
+    assert sleeper.join()[0]
+
+
+def test_a_start_that_found_its_key_taken_wakes_nobody(
+    pg_store: PostgresStore, heard: Callable[[], list[str]]
+) -> None:
+    first = _new(idempotency_key="k-1")
+    assert pg_store.create(first) == (first.id, True)
+    assert heard() == [TYPE]
+    sleeper = Sleeper(pg_store, [TYPE])
+    assert pg_store.create(_new(idempotency_key="k-1")) == (first.id, False)
+    assert heard() == []
+    assert pg_store._wakeup.sleeping == 1
+    assert not pg_store._wakeup._promised  # the promise given back
+    pg_store.nudge()
+    assert sleeper.join()[0]
+
+
+# -- two runners, each on a store object of its own (two processes, as far as the wake-ups
+# go: each has its own LISTEN and its own idle workers) ---------------------------------
+class In(BaseModel):
+    n: int = 0
+
+
+RAN: list[tuple[int, str]] = []
+"""(input n, the runner that ran it) for every run of Quick's step."""
+
+
+class Quick(Workflow[In, BaseModel]):
+    workflow_type = "t.kept_local.quick.v1"
+    where: str  # a dependency: which runner this is
+
+    @step(initial=True, to=COMPLETED)
+    def only(self, ctx: StepContext[In, BaseModel]) -> None:
+        RAN.append((ctx.input.n, self.where))
+
+
+class Held(Workflow[In, BaseModel]):
+    workflow_type = "t.kept_local.held.v1"
+    gate: ClassVar[threading.Event] = threading.Event()
+    where: str
+
+    @step(initial=True, to=COMPLETED)
+    def only(self, ctx: StepContext[In, BaseModel]) -> None:
+        assert Held.gate.wait(60)
+
+
+def test_starts_run_where_they_are_made_while_a_worker_is_idle_there(
+    pg_store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """No process but the starter's hears of them; each runs once, on the starter's
+    runner. The other runner's safety poll (60 s) is never what runs them."""
+    other = PostgresStore(pg_dsn, schema=pg_schema)
+    slow = RunnerOptions(concurrency=2, idle_poll=60, reconcile_on_start=False)
+    here = Runner(pg_store, [Quick], options=slow, dependencies={"where": "here"})
+    there = Runner(other, [Quick], options=slow, dependencies={"where": "there"})
+    client = Client(pg_store, [Quick])
+    RAN.clear()
+    here.start()
+    there.start()
+    try:
+        _until(lambda: other._wakeup.sleeping == 2)  # there's workers asleep for 60 s
+        ids = []
+        for n in range(20):
+            _until(lambda: pg_store._wakeup.sleeping == 2)  # both of here's workers idle
+            ids.append(client.start(Quick, In(n=n)))
+            _until(lambda: client.get(ids[-1]).status == Status.COMPLETED)
+        for iid in ids:
+            started = [e for e in client.history(iid) if e.event_type == Ev.STEP_STARTED]
+            assert len(started) == 1
+        assert sorted(RAN) == [(n, "here") for n in range(20)]
+    finally:
+        here.stop()
+        there.stop()
+        other.close()
+
+
+def test_a_start_made_where_every_worker_is_busy_reaches_the_other_process(
+    pg_store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    other = PostgresStore(pg_dsn, schema=pg_schema)
+    slow = RunnerOptions(concurrency=1, idle_poll=60, reconcile_on_start=False)
+    types = [Quick, Held]
+    here = Runner(pg_store, types, options=slow, dependencies={"where": "here"})
+    there = Runner(other, [Quick], options=slow, dependencies={"where": "there"})
+    client = Client(pg_store, types)
+    Held.gate.clear()
+    RAN.clear()
+    here.start()
+    try:
+        held = client.start(Held, In())
+        _until(lambda: client.get(held).status == Status.RUNNING)
+        _until(lambda: pg_store._wakeup.sleeping == 0)  # here's one worker runs Held
+        there.start()
+        _until(lambda: other._wakeup.sleeping == 1)  # there's worker idle, polling at 60 s
+        quick = [client.start(Quick, In(n=n)) for n in range(3)]
+        # Run there, woken by the starts' notifications.
+        _until(lambda: all(client.get(i).status == Status.COMPLETED for i in quick))
+        assert sorted(RAN) == [(n, "there") for n in range(3)]
+    finally:
+        Held.gate.set()
+        here.stop()
+        there.stop()
+        other.close()
+    assert client.get(held).status == Status.COMPLETED
+
+
+def _until(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
