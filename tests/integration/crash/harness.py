@@ -117,6 +117,7 @@ class Children:
         kill: str | None = None,
         chaos: str | None = None,
         heartbeat_outage: float = 0.0,
+        produce: int = 0,
         ready_timeout: float = 30.0,
     ) -> subprocess.Popen[bytes]:
         """Start a runner and return once it has opened its store."""
@@ -138,6 +139,8 @@ class Children:
             cmd += ["--chaos", chaos]
         if heartbeat_outage:
             cmd += ["--heartbeat-outage", str(heartbeat_outage)]
+        if produce:
+            cmd += ["--produce", str(produce)]
         with log.open("wb") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, cwd=REPO)
         self.procs.append((proc, log))

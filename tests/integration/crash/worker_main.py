@@ -11,7 +11,13 @@ process with SIGKILL at the k-th matching call:
 * ``complete:before:k`` before the k-th ``apply`` carrying a STEP_COMPLETED (the action
   returned, its completion is not committed);
 * ``complete:after:k``  right after that commit;
+* ``start:kept:k``     after the k-th start this process made and kept for one of its own
+  idle workers (``--produce``; PostgreSQL): committed, no other process told, the worker
+  not yet woken;
 * a ``:stop`` suffix sends SIGSTOP instead (see :class:`KillSwitch`).
+
+``--produce n`` also starts ``n`` Ledgered instances from this process, one every
+``--produce-every`` seconds, once its runner runs.
 
 ``--chaos after_save:k`` / ``after_effect:k`` makes the action kill its own process in
 the middle (see :class:`workflows.Chaos`); ``--heartbeat-outage s`` makes heartbeats
@@ -33,6 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from statemachine_wf.client.machine import Client
 from statemachine_wf.core.store import Claim, Commit
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.errors import StoreError
@@ -132,6 +139,8 @@ def main() -> None:
     p.add_argument("--kill")
     p.add_argument("--chaos")
     p.add_argument("--heartbeat-outage", type=float, default=0.0)
+    p.add_argument("--produce", type=int, default=0)
+    p.add_argument("--produce-every", type=float, default=0.02)
     args = p.parse_args()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung child can be asked
     logging.basicConfig(
@@ -152,6 +161,17 @@ def main() -> None:
             args.url, schema=args.schema, pool_size=args.pool_size
         )
     store.migrate()
+    wakeup = getattr(store, "_wakeup", None)
+    if wakeup is not None and hasattr(wakeup, "keep"):
+        keep = wakeup.keep
+
+        def killing_keep(type_: str, *, made: bool = True) -> bool:
+            if made:
+                switch.hit("start", "kept")
+            kept: bool = keep(type_, made=made)
+            return kept
+
+        wakeup.keep = killing_keep
     ledger = open_ledger(args.ledger)
     runner = Runner(
         store,
@@ -165,6 +185,16 @@ def main() -> None:
         dependencies={"ledger": ledger, "chaos": Chaos(args.chaos)},
     )
     print(f"READY {args.worker_id}", flush=True)
+
+    def produce() -> None:
+        client = Client(store)
+        time.sleep(0.5)  # the runner's workers asleep
+        for i in range(args.produce):
+            client.start(Ledgered, {"n": i})
+            time.sleep(args.produce_every)
+
+    if args.produce:
+        threading.Thread(target=produce, name="producer", daemon=True).start()
     try:
         runner.run()  # until SIGTERM
     finally:

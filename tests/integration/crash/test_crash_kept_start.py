@@ -1,0 +1,65 @@
+"""A start kept in its process, under SIGKILL: the process that made it dies after the
+commit and before the worker it counted on wakes. No other process was told of the
+start (no NOTIFY), so what runs it is another runner's next claim or safety poll; nothing
+is lost and no step runs twice (docs/architecture.md, "A start kept in its process")."""
+
+from __future__ import annotations
+
+import signal
+from functools import partial
+
+import pytest
+
+from .harness import Children, Target, assert_durable, poll_until, sql_scalar
+from .workflows import STEPS
+
+
+@pytest.mark.crash
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_producer_killed_right_after_a_kept_start_loses_nothing(pg_target: Target) -> None:
+    store = pg_target.open_store()
+    ledger = pg_target.open_ledger()
+    sql = pg_target.open_sql()
+    scalar = partial(sql_scalar, sql)
+    try:
+        with Children(pg_target) as kids:
+            bystander = kids.spawn("kept-bystander", lease=2.0, concurrency=2)
+            # Starts its own instances, one every 20 ms, its two workers mostly idle:
+            # it dies right after the commit of the fifth start it kept for one of them.
+            victim = kids.spawn(
+                "kept-victim", lease=2.0, concurrency=2, produce=40, kill="start:kept:5"
+            )
+            assert kids.wait_exit(victim, 90, "the victim's kill") == -signal.SIGKILL
+            made = scalar("SELECT count(*) FROM wf_instances")
+            assert 5 <= made < 40  # the fifth kept start committed; the producer stopped
+            # The last one made is the one the victim kept: nobody ran it before the kill.
+            last = scalar("SELECT id::text FROM wf_instances ORDER BY created_at DESC LIMIT 1")
+            poll_until(
+                lambda: (
+                    scalar("SELECT count(*) FROM wf_instances WHERE status = 'COMPLETED'") == made
+                ),
+                timeout=120,
+                what=f"{made} instances after the victim's kill",
+                interval=0.25,
+            )
+            ran_last = scalar(
+                "SELECT count(DISTINCT worker) FROM wf_events WHERE instance_id = %s"
+                " AND event_type = 'STEP_STARTED' AND worker = 'kept-bystander'",
+                last,
+            )
+            assert ran_last == 1, "the kept start was not run by the other runner"
+            kids.terminate(bystander)
+
+        ids = [r[0] for r in sql.execute("SELECT id::text FROM wf_instances").fetchall()]
+        rows = sql.execute(
+            "SELECT instance_id::text, node, count(*) FROM wf_events"
+            " WHERE event_type = 'STEP_COMPLETED' GROUP BY 1, 2"
+        ).fetchall()
+        assert len(rows) == len(ids) * len(STEPS)
+        assert not [r for r in rows if r[2] != 1], "a step completed twice"
+        assert_durable(store, ledger, ids)  # verify() == {} and the ledger, per instance
+    finally:
+        sql.close()
+        ledger.close()
+        store.close()
