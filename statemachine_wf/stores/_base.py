@@ -230,12 +230,6 @@ class SqlBase(ABC):
             "trace": new.trace_context,
         }
 
-    def create(self, new: NewInstance) -> tuple[str, bool]:
-        # One commit: the instance, its WORKFLOW_CREATED event and its task, unless the
-        # idempotency key is known (then nothing is written and the existing id returned).
-        row = self._write_one("create", **self._create_params(new))
-        return self._created(row, new.idempotency_key) or self.create(new)
-
     def create_many(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
         # One commit for the batch, all or nothing. A key twice in it is one instance (the
         # first), unless the two want different types: then the batch is refused, as it

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal, assert_never
 
 from ..core.dag_interpret import handed_task, takes_sibling
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
-from ..core.store import Claim, Commit, DagApplied, DagCommit, NewDagInstance
+from ..core.store import Claim, Commit, DagApplied, DagCommit, NewDagInstance, NewInstance
 from ..errors import ConcurrencyConflict, StoreError
 from ._base import Row
 from ._common import (
@@ -429,12 +429,27 @@ class SqlStore(SqlReads):
             self.quarantine(instance_id, reason=f"corrupt row: {exc}", worker=worker)
             return None
 
+    # -- Starts: a state machine's, a DAG's ---------------------------------------------
+    def create(self, new: NewInstance) -> tuple[str, bool]:
+        # One commit: the instance, its WORKFLOW_CREATED event and its task, unless the
+        # idempotency key is known (then nothing is written and the existing id returned).
+        due_now = new.delay <= 0 and new.run_at is None
+        row = self._start("create", new.type, due_now, **self._create_params(new))
+        return self._created(row, new.idempotency_key) or self.create(new)
+
+    def _start(self, name: str, type_: str, due_now: bool, /, **params: Any) -> Row | None:
+        """A start's statement (``create``, ``dag_create``): its row, None when its key was
+        taken. PostgreSQL keeps a start due now in its process where it can."""
+        return self._write_one(name, **params)
+
     # -- DagRuns: create and claim ---------------------------------------------------
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
         # One commit, as create: the instance, its run row, its events and its first node
         # task, unless the idempotency key is known.
-        row = self._write_one(
+        row = self._start(
             "dag_create",
+            new.type,
+            new.delay <= 0,
             id=new.id,
             type=new.type,
             input=self._encode(new.input),

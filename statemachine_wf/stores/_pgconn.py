@@ -22,9 +22,9 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import cache, lru_cache
 from typing import Any
 
-from ..core.records import NewInstance
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
+from ._base import Row
 from ._common import loads
 from ._decisions import SqlStore
 from ._sql import queries, without_comment_lines
@@ -477,27 +477,25 @@ class PgConnections(SqlStore):
             **params,
         }
 
-    def create(self, new: NewInstance) -> tuple[str, bool]:
+    def _start(self, name: str, type_: str, due_now: bool, /, **params: Any) -> Row | None:
         # Due now, and a worker of this process that claims its type sleeps: the start is
         # handed to that worker, and no other process is told. With a runner in every
         # process, each process's idle worker would otherwise claim on the create's NOTIFY,
-        # one to take the task and the others to find nothing (docs/architecture.md,
-        # "Waking up").
-        if new.delay > 0 or new.run_at is not None or not self._wakeup.promise(new.type):
-            return super().create(new)
-        made = False
+        # one to take the task and the others to find nothing (docs/architecture.md, "A
+        # start kept in its process").
+        if not due_now or not self._wakeup.promise(type_):
+            return super()._start(name, type_, due_now, **params)
+        row = None
         try:
-            row = self._write_one("create", **self._create_params(new), notify=False)
-            created = self._created(row, new.idempotency_key)
-            made = created is not None and created[1]
+            row = self._write_one(name, **params, notify=False)
         finally:
-            told = self._wakeup.keep(new.type, made=made)
+            told = self._wakeup.keep(type_, made=row is not None)
         if not told:
             # That worker woke meanwhile (another wake-up, its poll), and no claim of the
             # type is under way here: every process is told after all, as the create
             # would have.
-            self._write_one("notify", type=new.type)
-        return created or self.create(new)
+            self._write_one("notify", type=type_)
+        return row
 
     def _may_exist(self, instance_id: str) -> bool:
         try:

@@ -25,7 +25,7 @@ WITH ins AS (
            coalesce(to_timestamp(%(run_at)s::float8), now() + %(delay)s * interval '1 second')
     FROM ins
 )
--- Not told when a worker of the creating process takes it (stores/_pgconn.py, _hand_off).
+-- Not told when a worker of the starting process takes it (stores/_pgconn.py, _start).
 SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, type) END FROM ins;
 
 -- name: notify
@@ -875,7 +875,8 @@ WITH ins AS (
            now() + %(delay)s * interval '1 second'
     FROM ins
 )
-SELECT id, pg_notify(%(channel)s, type) FROM ins;
+-- Not told when a worker of the starting process takes it (stores/_pgconn.py, _start).
+SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, type) END FROM ins;
 
 -- name: dag_claim
 -- Lease and intent in one commit: the node's next try and its NODE_STARTED.

@@ -114,6 +114,21 @@ def test_a_start_wakes_the_worker_of_its_type_asleep_here_and_notifies_nobody(
     assert pg_store.next_due(types=[TYPE]) == 0  # and the task is there, due
 
 
+def test_a_dag_start_wakes_the_worker_of_its_type_asleep_here_and_notifies_nobody(
+    pg_store: PostgresStore, heard: Callable[[], list[str]]
+) -> None:
+    from tests.contract.test_dag_runs import DAG_TYPE
+    from tests.contract.test_dag_runs import start as dag_start
+
+    pg_store.register_types([DAG_TYPE], by="test", kind="dag")
+    assert dag_start(pg_store)[1]  # nobody asleep: told
+    assert heard() == [DAG_TYPE]
+    sleeper = Sleeper(pg_store, [TYPE, DAG_TYPE])
+    assert dag_start(pg_store)[1]
+    assert sleeper.join()[0]
+    assert heard() == []
+
+
 def test_a_start_with_no_worker_of_its_type_asleep_here_notifies_every_process(
     pg_store: PostgresStore, heard: Callable[[], list[str]]
 ) -> None:
