@@ -468,7 +468,7 @@ class PgConnections(SqlStore):
         # The NOTIFY channels: of the statements that make work due, and of those that grow
         # a watched instance's log (queries.sql, append_events' `live`); `now` is unused
         # (now()).
-        # `notify`: whether `create` tells the other processes (see create).
+        # `notify`: whether a start tells the other processes (see _start).
         return {
             "now": time.time(),
             "channel": self.channel,

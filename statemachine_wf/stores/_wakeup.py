@@ -55,8 +55,8 @@ class Wakeup:
     def __init__(self) -> None:
         self._mutex = threading.Lock()  # guards everything below
         # Each sleeping thread waits on a lock of its own, so a wake-up picks the thread it
-        # wakes (one that hosts a type: ``wake_host``) and knows it woke it: a thread
-        # woken but not yet running is no longer a sleeper a second nudge could count on.
+        # wakes (one that claims a type: ``keep``) and knows it woke it: a thread woken but
+        # not yet running is no longer a sleeper a second nudge or promise could count on.
         self._sleepers: deque[_Sleeper] = deque()
         self._missed = False
         self._epoch = 0
@@ -72,7 +72,7 @@ class Wakeup:
 
     def wait(self, timeout: float, types: Collection[str] = ()) -> bool:
         """Sleep up to ``timeout`` s; True when woken (or a wake-up was missed).
-        ``types``: what the caller claims once awake (see :meth:`wake_host`)."""
+        ``types``: what the caller claims once awake (see :meth:`promise`)."""
         with self._mutex:
             seen = getattr(self._seen, "epoch", None)
             self._seen.epoch = self._epoch
