@@ -439,8 +439,10 @@ class SqlStore(SqlReads):
 
     def _start(self, name: str, type_: str, due_now: bool, /, **params: Any) -> Row | None:
         """A start's statement (``create``, ``dag_create``): its row, None when its key was
-        taken. PostgreSQL keeps a start due now in its process where it can."""
-        return self._write_one(name, **params)
+        taken. ``notify``: whether other processes are told (PostgreSQL; SQLite's
+        statements ignore it), which PostgreSQL leaves out for a start due now that a
+        worker of its own process takes."""
+        return self._write_one(name, **params, notify=True)
 
     # -- DagRuns: create and claim ---------------------------------------------------
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:

@@ -468,14 +468,7 @@ class PgConnections(SqlStore):
         # The NOTIFY channels: of the statements that make work due, and of those that grow
         # a watched instance's log (queries.sql, append_events' `live`); `now` is unused
         # (now()).
-        # `notify`: whether a start tells the other processes (see _start).
-        return {
-            "now": time.time(),
-            "channel": self.channel,
-            "live": self.live_channel,
-            "notify": True,
-            **params,
-        }
+        return {"now": time.time(), "channel": self.channel, "live": self.live_channel, **params}
 
     def _start(self, name: str, type_: str, due_now: bool, /, **params: Any) -> Row | None:
         # Due now, and a worker of this process that claims its type sleeps: the start is
