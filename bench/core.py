@@ -794,8 +794,6 @@ def _latency_child_entry(
 def run_latency(s: Settings, store: str) -> Result:
     from statemachine_wf.client.machine import Client
 
-    from .workload import ThreeSteps
-
     spec = _spec(s, store, f"{store}_latency")
     spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
     fresh_store(spec)
@@ -813,24 +811,77 @@ def run_latency(s: Settings, store: str) -> Result:
         client = Client(client_store)
         warm_pool(client_store, 1)
         barrier.wait(timeout=180)
-        firsts: list[float] = []
-        calls: list[float] = []
-        warmup = 5
-        for i in range(s.latency_samples + warmup):
-            t0 = time.perf_counter()
-            iid = client.start(ThreeSteps, {"n": i})
-            t_returned = time.perf_counter()
-            got, what, t_first = report.get(timeout=30)
-            if (got, what) != (iid, "first"):
-                raise RuntimeError(f"unexpected report {(got, what)} for {iid}")
-            got, what, _ = report.get(timeout=30)  # the last step: the runner goes idle
-            if i >= warmup:
-                firsts.append((t_first - t0) * 1000)
-                calls.append((t_returned - t0) * 1000)
-            time.sleep(0.02)  # let every worker go back to waiting
+        firsts, calls = _sample_latency(s, client, report)
         child_result(stop, results)
     finally:
         stop_child(stop, proc, client_store, spec)
+    note = "runner idle in another process; perf_counter (CLOCK_MONOTONIC)"
+    return _latency_result(f"latency {store}: start -> first step", store, firsts, calls, note)
+
+
+def run_latency_local(s: Settings, store: str) -> Result:
+    """As run_latency, the client in the runner's process, on its store object: the start
+    is handed to an idle worker of that process (PostgreSQL: leased to it in the start's
+    own commit, docs/architecture.md, "A start kept in its process")."""
+    import queue
+
+    from statemachine_wf.client.machine import Client
+    from statemachine_wf.runtime.runner import Runner, RunnerOptions
+
+    from . import workload
+
+    spec = _spec(s, store, f"{store}_latency_local")
+    spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
+    fresh_store(spec)
+    report: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    workload.REPORT = report
+    the_store = open_store(spec)
+    try:
+        the_store.migrate()
+        options = RunnerOptions(concurrency=spec["concurrency"])
+        runner = Runner(the_store, [workload.ThreeSteps], options=options)
+        warm_pool(the_store, spec["concurrency"] + 2)
+        runner.start()
+        time.sleep(0.5)  # every worker is idle, waiting for work
+        try:
+            firsts, calls = _sample_latency(s, Client(the_store), report)
+        finally:
+            runner.stop(timeout=30)
+    finally:
+        workload.REPORT = None
+        the_store.close()
+        drop_store(spec)
+    note = "client and idle runner in one process; perf_counter"
+    name = f"latency {store}: same process"
+    return _latency_result(name, store, firsts, calls, note)
+
+
+def _sample_latency(s: Settings, client: Any, report: Any) -> tuple[list[float], list[float]]:
+    """Sequential starts, each after the runner went idle: start -> first step's action,
+    and the start() call's own time, in ms (after five for warm-up)."""
+    from .workload import ThreeSteps
+
+    firsts: list[float] = []
+    calls: list[float] = []
+    warmup = 5
+    for i in range(s.latency_samples + warmup):
+        t0 = time.perf_counter()
+        iid = client.start(ThreeSteps, {"n": i})
+        t_returned = time.perf_counter()
+        got, what, t_first = report.get(timeout=30)
+        if (got, what) != (iid, "first"):
+            raise RuntimeError(f"unexpected report {(got, what)} for {iid}")
+        got, what, _ = report.get(timeout=30)  # the last step: the runner goes idle
+        if i >= warmup:
+            firsts.append((t_first - t0) * 1000)
+            calls.append((t_returned - t0) * 1000)
+        time.sleep(0.02)  # let every worker go back to waiting
+    return firsts, calls
+
+
+def _latency_result(
+    name: str, store: str, firsts: list[float], calls: list[float], note: str
+) -> Result:
     extra = {
         "p50_ms": _pct(firsts, 50),
         "p90_ms": _pct(firsts, 90),
@@ -841,14 +892,7 @@ def run_latency(s: Settings, store: str) -> Result:
         "samples": len(firsts),
     }
     return Result(
-        f"latency {store}: start -> first step",
-        store,
-        "latency",
-        2,
-        len(firsts),
-        sum(firsts) / 1000,
-        extra=extra,
-        note="runner idle in another process; perf_counter (CLOCK_MONOTONIC)",
+        name, store, "latency", 2, len(firsts), sum(firsts) / 1000, extra=extra, note=note
     )
 
 
@@ -883,6 +927,8 @@ CONFIGS: dict[str, Callable[[Settings], Result]] = {
     "dbos-pg": lambda s: run_dbos(s, "pg"),
     "latency-pg": lambda s: run_latency(s, "pg"),
     "latency-sqlite": lambda s: run_latency(s, "sqlite"),
+    "latency-pg-local": lambda s: run_latency_local(s, "pg"),
+    "latency-sqlite-local": lambda s: run_latency_local(s, "sqlite"),
 }
 
 

@@ -75,8 +75,8 @@ class _Counted:
             self._count("nudge (to a sleeper)" if wakeup.sleeping else "nudge (remembered)")
             nudge()
 
-        def counted_wait(timeout: float, types: Any = ()) -> bool:
-            woken = wait(timeout, types)
+        def counted_wait(timeout: float, types: Any = (), claimant: Any = None) -> bool:
+            woken = wait(timeout, types, claimant)
             self._count("sleep ended by a wake-up" if woken else "sleep ran out")
             return bool(woken)
 
@@ -84,10 +84,9 @@ class _Counted:
         wakeup.nudge, wakeup.wait = counted_nudge, counted_wait
         keep = wakeup.keep
 
-        def counted_keep(type_: str, *, made: bool = True) -> bool:
-            kept = keep(type_, made=made)
-            self._count("start kept in its process" if kept else "start told to all")
-            return bool(kept)
+        def counted_keep(sleeper: Any, type_: str, *, made: bool = True, claim: Any = None) -> None:
+            keep(sleeper, type_, made=made, claim=claim)
+            self._count("start leased in its process" if claim else "start kept in its process")
 
         wakeup.keep = counted_keep
 

@@ -21,6 +21,7 @@ from ..definition.events import EventRecord, NewEvent, Status
 from .fold import Projection
 from .records import (
     Claim,
+    Claimant,
     Commit,
     DagApplied,
     DagCommit,
@@ -236,12 +237,16 @@ class TaskQueue(Protocol):
         """
         ...
 
-    def wait_for_work(self, timeout: float, *, types: Sequence[str] = ()) -> bool:
+    def wait_for_work(
+        self, timeout: float, *, types: Sequence[str] = (), claimant: Claimant | None = None
+    ) -> bool:
         """Block up to ``timeout`` seconds; True when woken because work may have arrived.
 
         ``types``: what the caller claims once awake. A start of one of them made by this
         process while the caller sleeps is handed to it, and other processes are not told
-        of it (PostgreSQL): the caller must claim once woken.
+        of it (PostgreSQL): the caller must claim once woken. With ``claimant``, such a
+        start may lease its task to the claimant in its own commit (its first step
+        started, as a claim would): the caller must then run :meth:`handed_claim`'s claim.
 
         A wake-up rouses *one* waiting worker; a worker that then claims something passes
         the baton with :meth:`nudge`, so a burst is picked up by as many workers as it
@@ -251,6 +256,13 @@ class TaskQueue(Protocol):
         connections' commits (LISTEN, ``data_version``): what they made due before the
         watch was up was heard by nobody, so the caller looks again.
         """
+        ...
+
+    def handed_claim(self, claimant: Claimant) -> Claim | None:
+        """A claim that a start of this process leased to ``claimant`` (see
+        :meth:`wait_for_work`), once; None if there is none. Its lease runs from the start's
+        commit: a runner takes it after every wait, and releases what is left when it
+        stops."""
         ...
 
     def nudge(self, *, types: Sequence[str] | None = None) -> None:

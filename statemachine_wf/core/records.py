@@ -117,6 +117,19 @@ class LockRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Claimant:
+    """Who a sleeping worker claims as (``Store.wait_for_work``): a start of one of
+    ``types`` made in this process while it sleeps may be leased to it in the start's own
+    commit, its first step started there, as a claim would (PostgreSQL)."""
+
+    worker: str
+    lease: float
+    incarnation: str
+    types: frozenset[str]
+    """The state-machine types its claims take."""
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A task this runner now holds.
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from ..core.store import Claim, Store, matches_prefix
+from ..core.store import Claim, Claimant, Store, matches_prefix
 from ..definition.events import Status
 from ..definition.options import RunnerOptions as RunnerOptions  # re-exported: users import it here
 from ..definition.workflow import Workflow
@@ -130,6 +130,10 @@ class Runner:
         self._take_next = NextClaim(self.types, self.opts.lease, self.incarnation)
         self.dag_types: tuple[str, ...] = ()
         self._hosted: tuple[str, ...] = self.types  # what an idle worker claims once woken
+        # Whom a start of this process may lease its task to while a worker sleeps.
+        self._claimant = Claimant(
+            self.worker_id, self.opts.lease, self.incarnation, frozenset(self.types)
+        )
         self._dag: Any = None
         self._drivers: dict[str, Callable[[Claim, bool], Claim | None]] = {
             "machine": self._drive_machine,
@@ -192,6 +196,9 @@ class Runner:
                 if left is not None and left <= 0:
                     break
                 t.join(0.1 if left is None else min(0.1, left))
+        # What a start leased to a worker whose sleep had just run out, the workers gone.
+        while (handed := self.store.handed_claim(self._claimant)) is not None:
+            self._release_unrun(handed)
         self.driver.close()
         if self._dag is not None:
             self._dag.close()
@@ -332,11 +339,14 @@ class Runner:
                     wait = self._idle.wait(
                         self.store.next_due(types=self.types, dag_types=self.dag_types), asked
                     )
-                    # A worker asleep claims its types once woken: a start made here is
-                    # handed to it (store.wait_for_work's `types`).
-                    hosted = self._hosted
-                    if wait > 0 and self._idle.woke(self.store.wait_for_work(wait, types=hosted)):
-                        self.store.wait_for_work(self.opts.idle_poll, types=hosted)  # displaced
+                    handed = self._sleep(wait) if wait > 0 else None
+                    while handed is not None:  # started by a start of this process
+                        with self._busy_claiming():
+                            if self._stopping.is_set():
+                                self._release_unrun(handed)
+                            else:
+                                self._run_handing(handed, startup=False)
+                        handed = self.store.handed_claim(self._claimant)
             except StoreUnavailable as exc:
                 log.debug("worker loop: %s (continuing)", exc)  # the store says it once
                 self._stopping.wait(0.5)
@@ -344,6 +354,16 @@ class Runner:
                 log.exception("worker loop error (continuing)")
                 self._stopping.wait(0.5)
         self.driver.close_loop()
+
+    def _sleep(self, wait: float) -> Claim | None:
+        """Sleep up to ``wait`` s, or the safety poll if displaced as the timer holder; a
+        claim a start of this process leased to this runner meanwhile, if any."""
+        # A worker asleep claims its types once woken: a start made here is handed to it
+        # (store.wait_for_work's `types`), leased to it if a state machine's (`claimant`).
+        hosted, claimant = self._hosted, self._claimant
+        if self._idle.woke(self.store.wait_for_work(wait, types=hosted, claimant=claimant)):
+            self.store.wait_for_work(self.opts.idle_poll, types=hosted, claimant=claimant)
+        return self.store.handed_claim(claimant)
 
     def _claim(self) -> list[Claim]:
         """Due tasks for this worker: state-machine ones first, then DAG nodes."""
@@ -420,18 +440,21 @@ class Runner:
         handed = self._run_claim(claim, startup=startup)
         while handed is not None:
             if self._stopping.is_set():
-                # Stopping: not run here. Released, it is due at once for whoever runs
-                # next (its NODE_STARTED is written: the next try is counted, as after a
-                # crash); if the release fails, the lease runs out instead.
-                with contextlib.suppress(StoreError):
-                    self.store.release(
-                        worker=self.worker_id,
-                        instance_ids=[handed.instance.id],
-                        token=handed.task.lease_token,
-                        incarnation=self.incarnation,
-                    )
+                self._release_unrun(handed)
                 return
             handed = self._run_claim(handed, startup=False)
+
+    def _release_unrun(self, claim: Claim) -> None:
+        """Release ``claim``, handed to this runner as it stops: due at once for whoever
+        runs next (its STEP_STARTED or NODE_STARTED is written: the next try is counted,
+        as after a crash); if the release fails, the lease runs out instead."""
+        with contextlib.suppress(StoreError):
+            self.store.release(
+                worker=self.worker_id,
+                instance_ids=[claim.instance.id],
+                token=claim.task.lease_token,
+                incarnation=self.incarnation,
+            )
 
     def _run_claim(self, claim: Claim, *, startup: bool) -> Claim | None:
         """Run one claim; the claim its commit handed to this worker next, if any."""

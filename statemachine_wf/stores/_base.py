@@ -27,6 +27,8 @@ from typing import Any, ClassVar
 from ..core.fold import Projection
 from ..core.store import (
     KIND_NAMES,
+    Claim,
+    Claimant,
     InstanceRecord,
     LockRecord,
     NewInstance,
@@ -390,7 +392,9 @@ class SqlBase(ABC):
         self._write_all("wake_parent", id=child_id)
         self._made_due()
 
-    def wait_for_work(self, timeout: float, *, types: Sequence[str] = ()) -> bool:
+    def wait_for_work(
+        self, timeout: float, *, types: Sequence[str] = (), claimant: Claimant | None = None
+    ) -> bool:
         # Nobody hears of other connections' commits until the watch is up, and a
         # thread's first wait may follow a claim made before that: a task made due in
         # between would be slept through until the safety poll. So each thread's first
@@ -398,7 +402,10 @@ class SqlBase(ABC):
         # (and after a reconnect of the watch, every thread's next wait returns at once:
         # Wakeup.wake_all).
         self._start_watching()
-        return self._wakeup.wait(timeout, types)
+        return self._wakeup.wait(timeout, types, claimant)
+
+    def handed_claim(self, claimant: Claimant) -> Claim | None:
+        return self._wakeup.handed(claimant)
 
     def nudge(self, *, types: Sequence[str] | None = None) -> None:
         if types:

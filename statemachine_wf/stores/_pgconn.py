@@ -22,10 +22,11 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import cache, lru_cache
 from typing import Any
 
+from ..core.store import Claim
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
 from ._base import Row
-from ._common import loads
+from ._common import loads, new_lease_token, task_record
 from ._decisions import SqlStore
 from ._sql import queries, without_comment_lines
 from ._wakeup import Wakeup
@@ -475,19 +476,28 @@ class PgConnections(SqlStore):
         # handed to that worker, and no other process is told. With a runner in every
         # process, each process's idle worker would otherwise claim on the create's NOTIFY,
         # one to take the task and the others to find nothing (docs/architecture.md, "A
-        # start kept in its process").
-        if not due_now or not self._wakeup.promise(type_):
-            return super()._start(name, type_, due_now, **params)
-        row = None
+        # start kept in its process"). A state machine's start leases its task to that
+        # worker and starts its first step in the same commit: the worker runs it with no
+        # claim, and other workers' claims never see it due (they raced for it before).
+        lease: dict[str, Any] = {"worker": None, "lease": 0.0, "token": None}
+        taken = self._wakeup.promise(type_) if due_now else None
+        if taken is None:
+            return self._write_one(name, **params, **lease, notify=True)
+        sleeper, claimant = taken
+        if name == "create" and params["step"] and claimant is not None:
+            token = new_lease_token(claimant.incarnation)
+            lease = {"worker": claimant.worker, "lease": claimant.lease, "token": token}
+        row = claim = None
         try:
-            row = self._write_one(name, **params, notify=False)
+            row = self._write_one(name, **params, **lease, notify=False)
+            if row is not None and lease["worker"] is not None:
+                task, instance = task_record(row["task"]), self._checked(row["instance"])
+                claim = Claim(task, instance, started=True, more=False)
         finally:
-            told = self._wakeup.keep(type_, made=row is not None)
-        if not told:
-            # That worker woke meanwhile (another wake-up, its poll), and no claim of the
-            # type is under way here: every process is told after all, as the create
-            # would have.
-            self._write_one("notify", type=type_)
+            # Unless the claim is handed over, the woken worker claims (its task leased,
+            # then, its claim finds nothing and the lease runs out: the task is reclaimed,
+            # in doubt, as after a crash).
+            self._wakeup.keep(sleeper, type_, made=row is not None, claim=claim)
         return row
 
     def _may_exist(self, instance_id: str) -> bool:

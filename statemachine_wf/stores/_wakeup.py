@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 
+from ..core.store import Claim, Claimant
+
 
 class _Sleeper:
-    """One sleeping thread: its own lock, released once to wake it."""
+    """One sleeping thread: its own lock, released once to wake it.
 
-    __slots__ = ("lock", "types", "woken")
+    Taken off the queue by a promise (``reserved``), it is the start's to wake; if its
+    sleep runs out first it goes on (``gone``), and the start's claim waits for the next
+    wait of a thread of the same claimant."""
 
-    def __init__(self, types: frozenset[str]) -> None:
+    __slots__ = ("claimant", "gone", "lock", "reserved", "types", "until", "woken")
+
+    def __init__(self, types: frozenset[str], claimant: Claimant | None, until: float) -> None:
         self.lock = threading.Lock()
         self.lock.acquire()
         self.types = types
+        self.claimant = claimant
+        self.until = until  # monotonic: when its sleep runs out
         self.woken = False
+        self.reserved = False
+        self.gone = False
 
     def wake(self) -> None:  # under the Wakeup's mutex, after leaving its queue
         self.woken = True
@@ -43,7 +54,9 @@ class Wakeup:
 
     :meth:`promise` and :meth:`keep` hand a start made in this process to a worker asleep
     that claims its type, one start a sleeper, so that the store need not tell the other
-    processes (PostgreSQL; docs/architecture.md, "A start kept in its process").
+    processes; with a :class:`Claimant`, the start's commit leases the task to it and
+    :meth:`handed` gives it the claim (PostgreSQL; docs/architecture.md, "A start kept in
+    its process").
 
     :meth:`notify` is how another connection's commit (PostgreSQL's LISTEN) and a claim's
     baton for more work wake a worker: held back while a claim of this process for that
@@ -63,16 +76,21 @@ class Wakeup:
         self._seen = threading.local()  # .epoch: the epoch when this thread last woke
         self._claiming: Counter[str] = Counter()  # the types of the claims under way
         self._held: set[str] = set()  # notified, and no claim sent since
-        self._promised: Counter[str] = Counter()  # starts counting on a worker asleep
+        # Claims that starts leased to a claimant's workers, each run by its next thread
+        # to look (the promised one, unless its sleep ran out before the start's commit).
+        self._handed: dict[Claimant, deque[Claim]] = {}
 
     @property
     def sleeping(self) -> int:
         """How many threads sleep now, not yet woken."""
         return len(self._sleepers)
 
-    def wait(self, timeout: float, types: Collection[str] = ()) -> bool:
+    def wait(
+        self, timeout: float, types: Collection[str] = (), claimant: Claimant | None = None
+    ) -> bool:
         """Sleep up to ``timeout`` s; True when woken (or a wake-up was missed).
-        ``types``: what the caller claims once awake (see :meth:`promise`)."""
+        ``types``: what the caller claims once awake (see :meth:`promise`); ``claimant``:
+        who it claims as, for a start that leases its task to it (see :meth:`handed`)."""
         with self._mutex:
             seen = getattr(self._seen, "epoch", None)
             self._seen.epoch = self._epoch
@@ -82,7 +100,9 @@ class Wakeup:
             if self._missed:
                 self._missed = False
                 return True
-            me = _Sleeper(frozenset(types))
+            if claimant is not None and self._handed.get(claimant):
+                return True  # a start's claim is waiting for this claimant
+            me = _Sleeper(frozenset(types), claimant, time.monotonic() + timeout)
             self._sleepers.append(me)
         me.lock.acquire(timeout=max(timeout, 0.0))
         with self._mutex:
@@ -91,7 +111,10 @@ class Wakeup:
             self._seen.epoch = self._epoch
             if me.woken:
                 return True  # even if the wake-up came as the timeout ran out
-            self._sleepers.remove(me)
+            if me.reserved:
+                me.gone = True  # the start in flight leaves its claim for the next wait
+            else:
+                self._sleepers.remove(me)
             return False
 
     def nudge(self) -> None:
@@ -102,36 +125,67 @@ class Wakeup:
             else:
                 self._missed = True
 
-    def promise(self, type_: str) -> bool:
-        """Count on a sleeping worker that claims ``type_`` for a task about to be made due
-        (a start of this process): True if one is left that no other promise counts on.
-        Each True is followed by one :meth:`keep`, whether or not the task was made."""
+    def promise(self, type_: str) -> tuple[_Sleeper, Claimant | None] | None:
+        """Take a sleeping worker that claims ``type_`` off the queue for a task about to
+        be made due (a start of this process), or None if no worker of the type sleeps.
+        With it, whom the start may lease its task to: the sleeper's claimant, unless a
+        claim of ``type_`` is under way here (a worker finishing an instance claims next in
+        the same statement: the start is left to it, or the finish's claim would come
+        back empty and its worker go idle while the sleeper ran the start). Each sleeper
+        returned is given to one :meth:`keep`, whether or not the task was made."""
         with self._mutex:
-            free = sum(type_ in sleeper.types for sleeper in self._sleepers)
-            if free <= self._promised[type_]:
-                return False
-            self._promised[type_] += 1
-            return True
+            # The longest sleep left: one about to run out (a moment's pause for a
+            # contended claim) would go on before the start's commit, leaving the claim
+            # to the next thread to look.
+            hosts = [sleeper for sleeper in self._sleepers if type_ in sleeper.types]
+            if not hosts:
+                return None
+            sleeper = max(hosts, key=lambda host: host.until)
+            self._sleepers.remove(sleeper)
+            sleeper.reserved = True
+            claimant = sleeper.claimant
+            if self._claiming[type_] > 0 or not (claimant and type_ in claimant.types):
+                claimant = None
+            return sleeper, claimant
 
-    def keep(self, type_: str, *, made: bool = True) -> bool:
-        """The task :meth:`promise` counted on is made (``made``): a claim of ``type_`` of
-        this process is coming, or a worker that claims it is woken. False if neither:
-        the caller tells the other processes after all."""
+    def keep(
+        self, sleeper: _Sleeper, type_: str, *, made: bool = True, claim: Claim | None = None
+    ) -> None:
+        """The start :meth:`promise` took ``sleeper`` for is done: ``claim``, the task it
+        leased to the sleeper's claimant, is handed over and the sleeper woken; a task
+        made but not leased is left to a claim of ``type_`` under way in this process, or
+        else wakes the sleeper, which claims it; nothing made, the sleeper sleeps on."""
         with self._mutex:
-            self._promised[type_] -= 1
-            if not self._promised[type_]:
-                del self._promised[type_]
-            if not made:
-                return True
-            if self._claiming[type_] > 0:
+            sleeper.reserved = False
+            if claim is not None and sleeper.claimant is not None:
+                self._handed.setdefault(sleeper.claimant, deque()).append(claim)
+            elif made and self._claiming[type_] > 0:
                 self._held.add(type_)  # as notify(): the claim under way covers it
-                return True
-            for sleeper in self._sleepers:
-                if type_ in sleeper.types:
-                    self._sleepers.remove(sleeper)
-                    sleeper.wake()
-                    return True
-        return False
+                made = False
+            if sleeper.gone:
+                # Its thread went on, and its next wait looks; a sleeper of the same
+                # claimant runs the claim sooner. A task not leased: that thread claims.
+                for other in self._sleepers if claim is not None else ():
+                    if other.claimant == sleeper.claimant:
+                        self._sleepers.remove(other)
+                        other.wake()
+                        break
+                return
+            if made:
+                sleeper.wake()
+            else:
+                self._sleepers.appendleft(sleeper)
+
+    def handed(self, claimant: Claimant) -> Claim | None:
+        """One claim a start leased to ``claimant`` (see :meth:`keep`), or None."""
+        with self._mutex:
+            claims = self._handed.get(claimant)
+            if not claims:
+                return None
+            claim = claims.popleft()
+            if not claims:
+                del self._handed[claimant]
+            return claim
 
     def wake_all(self) -> None:
         """Wake every worker: those asleep now, and every other at its next wait."""

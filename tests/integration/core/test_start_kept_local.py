@@ -35,7 +35,7 @@ from statemachine_wf import (
     Workflow,
     step,
 )
-from statemachine_wf.core.records import NewInstance
+from statemachine_wf.core.records import Claimant, NewInstance
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores.postgres import PostgresStore
 
@@ -74,10 +74,18 @@ def heard(pg_store: PostgresStore, pg_dsn: str) -> Iterator[Callable[[], list[st
 class Sleeper:
     """A worker thread of ``store`` asleep in ``wait_for_work``, claiming ``types``."""
 
-    def __init__(self, store: PostgresStore, types: list[str]) -> None:
+    def __init__(
+        self,
+        store: PostgresStore,
+        types: list[str],
+        claimant: Claimant | None = None,
+        timeout: float = 60.0,
+    ) -> None:
         self.woken: list[tuple[bool, float]] = []
         self._store = store
         self._types = types
+        self._claimant = claimant
+        self._timeout = timeout
         self._thread = threading.Thread(target=self._sleep, daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 30
@@ -88,7 +96,8 @@ class Sleeper:
     def _sleep(self) -> None:
         assert self._store.wait_for_work(60)  # a thread's first wait returns at once
         began = time.monotonic()
-        self.woken.append((self._store.wait_for_work(60, types=self._types), began))
+        woken = self._store.wait_for_work(self._timeout, types=self._types, claimant=self._claimant)
+        self.woken.append((woken, began))
 
     def join(self) -> tuple[bool, float]:
         self._thread.join(60)
@@ -152,33 +161,99 @@ def test_a_delayed_start_notifies_though_a_worker_of_its_type_sleeps_here(
     assert heard() == [TYPE]
 
 
-def test_one_sleeper_is_counted_on_by_one_start_at_a_time(
+def test_one_sleeper_is_taken_by_one_start_at_a_time(
     pg_store: PostgresStore, heard: Callable[[], list[str]]
 ) -> None:
-    """A start in flight holds its promise: the next one while it does tells everyone."""
+    """A start in flight holds the sleeper it took: the next one while it does tells
+    everyone, and nothing else wakes that sleeper meanwhile."""
     sleeper = Sleeper(pg_store, [TYPE])
-    assert pg_store._wakeup.promise(TYPE)  # a start in flight, say
+    taken = pg_store._wakeup.promise(TYPE)  # a start in flight, say
+    assert taken is not None
     assert pg_store.create(_new())[1]
-    assert heard() == [TYPE]  # the sleeper was promised to the start in flight
-    assert sleeper.join()[0]  # then woken by the store's own LISTEN, as before
-    assert not pg_store._wakeup.keep(TYPE)  # so the start in flight tells everyone too
+    assert heard() == [TYPE]  # the sleeper was taken by the start in flight
+    time.sleep(0.2)  # the store's own LISTEN hears that create: it wakes nobody taken
+    assert sleeper.woken == []
+    pg_store._wakeup.keep(taken[0], TYPE)  # the start in flight committed
+    assert sleeper.join()[0]
 
 
-def test_a_start_whose_worker_woke_meanwhile_notifies_after_all(
+RUNNER = Claimant("runner-1", 30.0, "host:1:abc", frozenset({TYPE}))
+
+
+def test_a_start_leases_its_task_to_the_claimant_asleep_and_starts_its_step(
+    pg_store: PostgresStore, heard: Callable[[], list[str]]
+) -> None:
+    """The start's commit is the claim: the first step started, the task in flight
+    under a fresh token of the claimant's incarnation, the row the fold of the log."""
+    sleeper = Sleeper(pg_store, [TYPE], RUNNER)
+    new = _new()
+    assert pg_store.create(new) == (new.id, True)
+    assert sleeper.join()[0]
+    assert heard() == []
+    claim = pg_store.handed_claim(RUNNER)
+    assert claim is not None
+    assert pg_store.handed_claim(RUNNER) is None  # handed once
+    assert claim.started
+    assert claim.instance.id == new.id
+    assert claim.instance.status == Status.RUNNING
+    assert (claim.instance.step, claim.instance.step_attempts) == ("first", 1)
+    assert claim.instance.attempts == {"first": 1}
+    assert claim.task.lease_owner == "runner-1"
+    assert claim.task.lease_token is not None
+    assert claim.task.lease_token.startswith("host:1:abc/")
+    assert (claim.task.node, claim.task.attempt, claim.task.in_flight) == ("first", 1, True)
+    assert claim.task.due_at > time.time() + 20  # its due time is the lease
+    assert claim.instance == pg_store.get(new.id)
+    events = [(e.event_type, e.node, e.attempt, e.worker) for e in pg_store.events(new.id)]
+    assert events == [
+        (Ev.CREATED, None, None, None),
+        (Ev.STEP_STARTED, "first", 1, "runner-1"),
+    ]
+    assert Client(pg_store).verify(new.id) == {}  # the row is the fold of its log
+    due = pg_store.next_due(types=[TYPE])
+    assert due is not None
+    assert due > 20  # nobody else's claim sees it due
+    assert pg_store.claim(worker="w2", types=[TYPE], lease=30.0) == []
+
+
+def test_a_start_not_leased_where_the_sleeper_claims_it_as_a_dag_or_has_no_claimant(
+    pg_store: PostgresStore, heard: Callable[[], list[str]]
+) -> None:
+    dag_only = Claimant("runner-1", 30.0, "host:1:abc", frozenset())
+    for claimant in (None, dag_only):
+        sleeper = Sleeper(pg_store, [TYPE], claimant)
+        assert pg_store.create(_new())[1]
+        assert sleeper.join()[0]
+        assert heard() == []
+        assert claimant is None or pg_store.handed_claim(claimant) is None
+        assert pg_store.next_due(types=[TYPE]) == 0  # due: the woken worker claims it
+        [claim] = pg_store.claim(worker="w", types=[TYPE], lease=30.0)
+        assert claim.started
+
+
+def test_a_claim_leased_to_a_sleeper_whose_sleep_ran_out_is_released_by_its_runner(
     pg_store: PostgresStore, heard: Callable[[], list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sleeper = Sleeper(pg_store, [TYPE])
-    wakeup = pg_store._wakeup
-    keep = wakeup.keep
-
-    def woken_first(type_: str, *, made: bool = True) -> bool:
-        wakeup.nudge()  # something else woke the sleeper between the promise and the commit
-        return keep(type_, made=made)
-
-    monkeypatch.setattr(wakeup, "keep", woken_first)
-    assert pg_store.create(_new())[1]
-    assert sleeper.join()[0]
-    assert heard() == [TYPE]  # told in a statement of its own
+    """The sleep ran out between the start's promise and its commit, and the runner
+    stopped before a thread of it looked again: its stop releases the claim, due at once
+    for whoever runs next, its first attempt counted (as after a crash)."""
+    opts = RunnerOptions(concurrency=1)
+    runner = Runner(pg_store, [Quick], options=opts, dependencies={"where": "here"})
+    sleeper = Sleeper(pg_store, [Quick.workflow_type], runner._claimant, timeout=0.5)
+    taken = pg_store._wakeup.promise(Quick.workflow_type)
+    assert taken is not None
+    assert sleeper.join()[0] is False  # ran out
+    # The next start takes that sleeper (its thread gone on): as if promised just before.
+    monkeypatch.setattr(pg_store._wakeup, "promise", lambda type_: (taken[0], runner._claimant))
+    iid = Client(pg_store, [Quick]).start(Quick, In(n=1))
+    assert pg_store.next_due(types=[Quick.workflow_type]) != 0  # leased to the runner
+    runner.stop()  # never started: no worker looks again
+    assert pg_store.handed_claim(runner._claimant) is None
+    assert pg_store.next_due(types=[Quick.workflow_type]) == 0
+    [claim] = pg_store.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
+    assert claim.instance.id == iid
+    assert claim.task.in_flight  # STEP_STARTED of attempt 1 is in the log: in doubt
+    assert not claim.started
 
 
 def test_a_start_with_a_claim_of_its_type_under_way_here_is_left_to_that_claim(
@@ -205,8 +280,7 @@ def test_a_start_that_found_its_key_taken_wakes_nobody(
     sleeper = Sleeper(pg_store, [TYPE])
     assert pg_store.create(_new(idempotency_key="k-1")) == (first.id, False)
     assert heard() == []
-    assert pg_store._wakeup.sleeping == 1
-    assert not pg_store._wakeup._promised  # the promise given back
+    assert pg_store._wakeup.sleeping == 1  # asleep again: the promise given back
     pg_store.nudge()
     assert sleeper.join()[0]
 

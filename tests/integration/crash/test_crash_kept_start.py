@@ -1,7 +1,9 @@
 """A start kept in its process, under SIGKILL: the process that made it dies after the
 commit and before the worker it counted on wakes. No other process was told of the
-start (no NOTIFY), so what runs it is another runner's next claim or safety poll; nothing
-is lost and no step runs twice (docs/architecture.md, "A start kept in its process")."""
+start (no NOTIFY), and the commit leased its task to the dying runner, its first step
+started: another runner claims it once that lease runs out, in doubt as after any crash
+mid-step; nothing is lost and no step runs twice (docs/architecture.md, "A start kept
+in its process")."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def test_a_producer_killed_right_after_a_kept_start_loses_nothing(pg_target: Tar
         with Children(pg_target) as kids:
             bystander = kids.spawn("kept-bystander", lease=2.0, concurrency=2)
             # Starts its own instances, one every 20 ms, its two workers mostly idle:
-            # it dies right after the commit of the fifth start it kept for one of them.
+            # it dies right after the commit of the fifth start it leased to one of them.
             victim = kids.spawn(
                 "kept-victim", lease=2.0, concurrency=2, produce=40, kill="start:kept:5"
             )
@@ -49,6 +51,14 @@ def test_a_producer_killed_right_after_a_kept_start_loses_nothing(pg_target: Tar
                 last,
             )
             assert ran_last == 1, "the kept start was not run by the other runner"
+            first = sql.execute(
+                "SELECT worker, attempt FROM wf_events WHERE instance_id = %s"
+                " AND event_type = 'STEP_STARTED' AND node = %s ORDER BY seq",
+                (last, STEPS[0]),
+            ).fetchall()
+            # Started by the start's own commit, for the victim; taken over once its
+            # lease ran out, as the next attempt.
+            assert first == [("kept-victim", 1), ("kept-bystander", 2)]
             kids.terminate(bystander)
 
         ids = [r[0] for r in sql.execute("SELECT id::text FROM wf_instances").fetchall()]

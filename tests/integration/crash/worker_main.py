@@ -11,9 +11,9 @@ process with SIGKILL at the k-th matching call:
 * ``complete:before:k`` before the k-th ``apply`` carrying a STEP_COMPLETED (the action
   returned, its completion is not committed);
 * ``complete:after:k``  right after that commit;
-* ``start:kept:k``     after the k-th start this process made and kept for one of its own
-  idle workers (``--produce``; PostgreSQL): committed, no other process told, the worker
-  not yet woken;
+* ``start:kept:k``     after the k-th start this process made and leased to one of its own
+  idle workers (``--produce``; PostgreSQL): committed (its first step started), no
+  other process told, the worker not yet woken;
 * a ``:stop`` suffix sends SIGSTOP instead (see :class:`KillSwitch`).
 
 ``--produce n`` also starts ``n`` Ledgered instances from this process, one every
@@ -165,11 +165,10 @@ def main() -> None:
     if wakeup is not None and hasattr(wakeup, "keep"):
         keep = wakeup.keep
 
-        def killing_keep(type_: str, *, made: bool = True) -> bool:
-            if made:
+        def killing_keep(sleeper: Any, type_: str, *, made: bool = True, claim: Any = None) -> None:
+            if claim is not None:
                 switch.hit("start", "kept")
-            kept: bool = keep(type_, made=made)
-            return kept
+            keep(sleeper, type_, made=made, claim=claim)
 
         wakeup.keep = killing_keep
     ledger = open_ledger(args.ledger)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from typing import cast
 
+from statemachine_wf.core.store import Claim, Claimant
 from statemachine_wf.stores._wakeup import Wakeup
 
 
@@ -166,10 +168,16 @@ def test_a_baton_of_several_types_is_held_only_while_each_has_a_claim_under_way(
     assert wakeup.wait(0.01) is False
 
 
-def _sleeper(wakeup: Wakeup, types: list[str], woken: list[bool]) -> threading.Thread:
+def _sleeper(
+    wakeup: Wakeup,
+    types: list[str],
+    woken: list[bool],
+    claimant: Claimant | None = None,
+    timeout: float = 30.0,
+) -> threading.Thread:
     def sleep() -> None:
         wakeup.wait(30.0)  # the first wait returns at once
-        woken.append(wakeup.wait(30.0, types))
+        woken.append(wakeup.wait(timeout, types, claimant))
 
     thread = threading.Thread(target=sleep)
     before = wakeup.sleeping
@@ -178,26 +186,32 @@ def _sleeper(wakeup: Wakeup, types: list[str], woken: list[bool]) -> threading.T
     return thread
 
 
-def test_a_start_counts_on_a_sleeper_that_claims_its_type_one_start_a_sleeper() -> None:
+RUNNER = Claimant("w", 30.0, "host:1:a", frozenset({"t.v1"}))
+
+
+def _claim() -> Claim:
+    return cast(Claim, object())  # the wake-up hands it on as it is
+
+
+def test_a_start_takes_a_sleeper_that_claims_its_type_one_start_a_sleeper() -> None:
     """A start made in this process is handed to a worker asleep that claims its type;
-    each such worker is counted on by one start at a time (the next one tells everyone)."""
+    each such worker is taken by one start (the next one tells everyone)."""
     wakeup = _primed()
     other: list[bool] = []
     stranger = _sleeper(wakeup, ["u.v1"], other)
-    assert not wakeup.promise("t.v1")  # asleep, but it never claims t.v1
+    assert wakeup.promise("t.v1") is None  # asleep, but it never claims t.v1
     woken: list[bool] = []
     host = _sleeper(wakeup, ["t.v1", "u.v1"], woken)
-    assert wakeup.promise("t.v1")
-    assert not wakeup.promise("t.v1")  # the one host is counted on already
-    assert wakeup.keep("t.v1")  # the start committed: the host woken, not the stranger
-    host.join(timeout=30)
-    assert woken == [True]
-    assert wakeup.sleeping == 1
-    assert other == []
-    assert not wakeup.promise("t.v1")
-    wakeup.nudge()
+    taken = wakeup.promise("t.v1")
+    assert taken is not None
+    assert wakeup.promise("t.v1") is None  # the one host is taken already
+    wakeup.nudge()  # a nudge meanwhile wakes the stranger, never the host taken
     stranger.join(timeout=30)
     assert other == [True]
+    wakeup.keep(taken[0], "t.v1")  # the start committed: the host woken
+    host.join(timeout=30)
+    assert woken == [True]
+    assert wakeup.sleeping == 0
 
 
 def test_a_promise_given_back_wakes_nobody() -> None:
@@ -205,11 +219,13 @@ def test_a_promise_given_back_wakes_nobody() -> None:
     wakeup = _primed()
     woken: list[bool] = []
     host = _sleeper(wakeup, ["t.v1"], woken)
-    assert wakeup.promise("t.v1")
-    assert wakeup.keep("t.v1", made=False)
-    assert wakeup.sleeping == 1
-    assert wakeup.promise("t.v1")  # the sleeper is free to count on again
-    assert wakeup.keep("t.v1")
+    taken = wakeup.promise("t.v1")
+    assert taken is not None
+    wakeup.keep(taken[0], "t.v1", made=False)
+    assert wakeup.sleeping == 1  # asleep again
+    taken = wakeup.promise("t.v1")  # free to take again
+    assert taken is not None
+    wakeup.keep(taken[0], "t.v1")
     host.join(timeout=30)
     assert woken == [True]
 
@@ -219,27 +235,106 @@ def test_a_kept_start_is_left_to_a_claim_of_its_type_under_way() -> None:
     wakeup = _primed()
     woken: list[bool] = []
     host = _sleeper(wakeup, ["t.v1"], woken)
-    assert wakeup.promise("t.v1")
+    taken = wakeup.promise("t.v1")
+    assert taken is not None
     with wakeup.claiming(["t.v1"]) as sent:
-        assert wakeup.keep("t.v1")
+        wakeup.keep(taken[0], "t.v1")
         sent()
     assert wakeup.sleeping == 1  # covered by the claim
-    assert wakeup.promise("t.v1")
+    taken = wakeup.promise("t.v1")
+    assert taken is not None
     with wakeup.claiming(["t.v1"]) as sent:
         sent()  # in flight: its snapshot may be older than the commit
-        assert wakeup.keep("t.v1")
+        wakeup.keep(taken[0], "t.v1")
         assert wakeup.sleeping == 1
     host.join(timeout=30)  # woken once that claim returned
     assert woken == [True]
 
 
-def test_a_start_whose_sleeper_woke_meanwhile_is_told_to_tell_everyone() -> None:
+def test_a_leased_start_hands_its_claim_to_the_sleeper_it_took() -> None:
+    """Even with a claim of the type under way: the task is leased, nobody else takes it."""
     wakeup = _primed()
     woken: list[bool] = []
-    host = _sleeper(wakeup, ["t.v1"], woken)
-    assert wakeup.promise("t.v1")
-    wakeup.nudge()  # something else woke it
+    host = _sleeper(wakeup, ["t.v1"], woken, RUNNER)
+    taken = wakeup.promise("t.v1")
+    assert taken is not None
+    assert taken[1] == RUNNER  # whom the start leases its task to
+    claim = _claim()
+    with wakeup.claiming(["t.v1"]):
+        wakeup.keep(taken[0], "t.v1", claim=claim)
     host.join(timeout=30)
     assert woken == [True]
-    assert not wakeup.keep("t.v1")
-    assert wakeup.wait(0.01) is False  # and keep remembered nothing for the next sleeper
+    assert wakeup.handed(RUNNER) is claim
+    assert wakeup.handed(RUNNER) is None  # once
+
+
+def test_a_start_leases_nothing_while_a_claim_of_its_type_is_under_way() -> None:
+    """A worker finishing an instance claims in the same statement: the start is left to
+    that claim, and the sleeper only woken if it comes back without it."""
+    wakeup = _primed()
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken, RUNNER)
+    with wakeup.claiming(["t.v1"]):
+        taken = wakeup.promise("t.v1")
+        assert taken is not None
+        assert taken[1] is None
+        wakeup.keep(taken[0], "t.v1")
+    host.join(timeout=30)  # no claim sent after the commit: woken to claim it
+    assert woken == [True]
+    assert wakeup.handed(RUNNER) is None
+
+
+def test_a_start_takes_the_sleeper_with_the_longest_sleep_left() -> None:
+    wakeup = _primed()
+    short: list[bool] = []
+    brief = _sleeper(wakeup, ["t.v1"], short, RUNNER, timeout=5.0)
+    long: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], long, RUNNER, timeout=60.0)
+    taken = wakeup.promise("t.v1")
+    assert taken is not None
+    wakeup.keep(taken[0], "t.v1", claim=_claim())
+    host.join(timeout=30)
+    assert long == [True]
+    assert short == []
+    wakeup.nudge()
+    brief.join(timeout=30)
+
+
+def test_a_claim_leased_to_a_sleeper_whose_sleep_ran_out_waits_for_its_next_wait() -> None:
+    """The sleep ran out between the start's promise and its commit: that thread went on,
+    and the claim is run by the next thread of the same claimant to look."""
+    wakeup = _primed()
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken, RUNNER, timeout=0.05)
+    taken = wakeup.promise("t.v1")
+    assert taken is not None
+    host.join(timeout=30)
+    assert woken == [False]  # ran out: not woken by the start
+    stranger = Claimant("x", 30.0, "host:2:b", frozenset({"t.v1"}))
+    claim = _claim()
+    wakeup.keep(taken[0], "t.v1", claim=claim)
+    assert wakeup.wait(0.01, ["t.v1"], stranger) is False  # another runner's: not its claim
+    assert wakeup.wait(30.0, ["t.v1"], RUNNER) is True  # at once
+    assert wakeup.handed(RUNNER) is claim
+
+
+def test_a_claim_leased_to_a_sleeper_gone_wakes_another_of_its_claimant() -> None:
+    wakeup = _primed()
+    gone: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], gone, RUNNER, timeout=0.05)
+    taken = wakeup.promise("t.v1")
+    assert taken is not None
+    host.join(timeout=30)
+    woken: list[bool] = []
+    other = Claimant("x", 30.0, "host:2:b", frozenset({"t.v1"}))
+    foreign: list[bool] = []
+    stranger = _sleeper(wakeup, ["t.v1"], foreign, other)
+    sibling = _sleeper(wakeup, ["t.v1"], woken, RUNNER)
+    claim = _claim()
+    wakeup.keep(taken[0], "t.v1", claim=claim)
+    sibling.join(timeout=30)
+    assert woken == [True]
+    assert foreign == []  # the other claimant's sleeper sleeps on
+    assert wakeup.handed(RUNNER) is claim
+    wakeup.wake_all()
+    stranger.join(timeout=30)
