@@ -475,28 +475,29 @@ class PgConnections(SqlStore):
         # Due now, and a worker of this process that claims its type sleeps: the start is
         # handed to that worker, and no other process is told. With a runner in every
         # process, each process's idle worker would otherwise claim on the create's NOTIFY,
-        # one to take the task and the others to find nothing (docs/architecture.md, "A
-        # start kept in its process"). A state machine's start leases its task to that
-        # worker and starts its first step in the same commit: the worker runs it with no
-        # claim, and other workers' claims never see it due (they raced for it before).
-        lease: dict[str, Any] = {"worker": None, "lease": 0.0, "token": None}
+        # one to take the task and the others to find nothing. A state machine's start
+        # leases its task to that worker and starts its first step in the same commit
+        # (`create_leased`) unless a claim of the type is under way here: the worker runs
+        # it with no claim (docs/architecture.md, "A start kept in its process").
         taken = self._wakeup.promise(type_) if due_now else None
         if taken is None:
-            return self._write_one(name, **params, **lease, notify=True)
+            return super()._start(name, type_, due_now, **params)
         sleeper, claimant = taken
-        if name == "create" and params["step"] and claimant is not None:
-            token = new_lease_token(claimant.incarnation)
-            lease = {"worker": claimant.worker, "lease": claimant.lease, "token": token}
         row = claim = None
         try:
-            row = self._write_one(name, **params, **lease, notify=False)
-            if row is not None and lease["worker"] is not None:
-                task, instance = task_record(row["task"]), self._checked(row["instance"])
-                claim = Claim(task, instance, started=True, more=False)
+            if name == "create" and params["step"] and claimant is not None:
+                token = new_lease_token(claimant.incarnation)
+                lease = {"worker": claimant.worker, "lease": claimant.lease, "token": token}
+                row = self._write_one("create_leased", **params, **lease)
+                if row is not None:
+                    task, instance = task_record(row["task"]), self._checked(row["instance"])
+                    claim = Claim(task, instance, started=True, more=False)
+            else:
+                row = self._write_one(name, **params, notify=False)
         finally:
-            # Unless the claim is handed over, the woken worker claims (its task leased,
-            # then, its claim finds nothing and the lease runs out: the task is reclaimed,
-            # in doubt, as after a crash).
+            # Unless the claim is handed over, the woken worker claims (if its start
+            # leased the task and the claim could not be read, that finds nothing: the
+            # lease runs out and the task is reclaimed, in doubt, as after a crash).
             self._wakeup.keep(sleeper, type_, made=row is not None, claim=claim)
         return row
 

@@ -9,52 +9,59 @@
 -- retention) runs with sequential scans allowed, in a transaction of its own.
 
 -- name: create
--- With a `worker` (a start kept in its process for a worker asleep that claims its type:
--- stores/_pgconn.py, _start), the task is leased to that worker and its first step
+WITH ins AS (
+    INSERT INTO wf_instances (id, type, kind, status, step, input, idempotency_key, priority,
+                              parent_id, parent_node, trace_context)
+    VALUES (%(id)s, %(type)s, %(kind)s, 'PENDING', nullif(%(step)s, ''), %(input)s, %(key)s,
+            %(priority)s, %(parent_id)s, %(parent_node)s, %(trace)s)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, type
+), ev AS (
+    INSERT INTO wf_events (instance_id, event_type, payload)
+    SELECT id, 'WORKFLOW_CREATED', %(created)s FROM ins
+), task AS (
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at)
+    SELECT id, '', %(step)s, %(kind)s, type, %(priority)s,
+           coalesce(to_timestamp(%(run_at)s::float8), now() + %(delay)s * interval '1 second')
+    FROM ins
+)
+-- Not told when a worker of the starting process takes it (stores/_pgconn.py, _start).
+SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, type) END FROM ins;
+
+-- name: create_leased
+-- `create` for a start kept in its process for a worker asleep that claims its type
+-- (stores/_pgconn.py, _start): the task is leased to that worker and its first step
 -- started in this commit, as `claim` would: the instance RUNNING at its first attempt,
--- STEP_STARTED after WORKFLOW_CREATED, the task in flight under a fresh token. The row
--- then carries the task and the instance, which the worker runs without a claim.
+-- STEP_STARTED after WORKFLOW_CREATED, the task in flight under a fresh token, due when
+-- the lease runs out. The row carries the task and the instance, which the worker runs
+-- without a claim. Nobody is notified.
 WITH ins AS (
     INSERT INTO wf_instances (id, type, kind, status, step, step_attempts, attempts, input,
                               idempotency_key, priority, parent_id, parent_node,
                               trace_context)
-    VALUES (%(id)s, %(type)s, %(kind)s,
-            CASE WHEN %(worker)s::text IS NULL THEN 'PENDING' ELSE 'RUNNING' END,
-            nullif(%(step)s, ''),
-            CASE WHEN %(worker)s::text IS NULL THEN 0 ELSE 1 END,
-            CASE WHEN %(worker)s::text IS NULL THEN '{}'::jsonb
-                 ELSE jsonb_build_object(%(step)s::text, 1) END,
-            %(input)s, %(key)s, %(priority)s, %(parent_id)s, %(parent_node)s, %(trace)s)
+    VALUES (%(id)s, %(type)s, %(kind)s, 'RUNNING', %(step)s, 1,
+            jsonb_build_object(%(step)s::text, 1), %(input)s, %(key)s, %(priority)s,
+            %(parent_id)s, %(parent_node)s, %(trace)s)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING *
 ), ev AS (
     INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
     SELECT ins.id, e.node, e.event_type, e.attempt, e.payload, e.worker
-    FROM ins CROSS JOIN (VALUES (0, NULL, 'WORKFLOW_CREATED', NULL, %(created)s::jsonb, NULL),
+    FROM ins CROSS JOIN (VALUES (0, NULL::text, 'WORKFLOW_CREATED', NULL::integer,
+                                 %(created)s::jsonb, NULL::text),
                                 (1, %(step)s::text, 'STEP_STARTED', 1, '{}'::jsonb,
-                                 %(worker)s::text)) AS e(ord, node, event_type, attempt,
-                                                         payload, worker)
-    WHERE e.ord = 0 OR %(worker)s::text IS NOT NULL
+                                 %(worker)s::text))
+                        AS e(ord, node, event_type, attempt, payload, worker)
     ORDER BY e.ord  -- the log's order: created, then started
 ), task AS (
     INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, lease_owner,
                           lease_token, attempt, in_flight)
     SELECT id, '', %(step)s, %(kind)s, type, %(priority)s,
-           CASE WHEN %(worker)s::text IS NULL
-                THEN coalesce(to_timestamp(%(run_at)s::float8),
-                              now() + %(delay)s * interval '1 second')
-                ELSE now() + %(lease)s * interval '1 second' END,
-           %(worker)s, %(token)s,
-           CASE WHEN %(worker)s::text IS NULL THEN 0 ELSE 1 END,
-           %(worker)s::text IS NOT NULL
+           now() + %(lease)s * interval '1 second', %(worker)s, %(token)s, 1, true
     FROM ins
     RETURNING *
 )
--- Not told when a worker of the starting process takes it (stores/_pgconn.py, _start).
-SELECT ins.id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, ins.type) END,
-       CASE WHEN %(worker)s::text IS NOT NULL THEN to_jsonb(ins) END AS instance,
-       CASE WHEN %(worker)s::text IS NOT NULL THEN to_jsonb(task) END AS task
-FROM ins CROSS JOIN task;
+SELECT ins.id, to_jsonb(ins) AS instance, to_jsonb(task) AS task FROM ins CROSS JOIN task;
 
 -- name: create_many
 -- A batch of `create` in one statement: one row per position of the arrays. A known

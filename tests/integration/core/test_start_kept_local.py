@@ -239,7 +239,7 @@ def test_a_claim_leased_to_a_sleeper_whose_sleep_ran_out_is_released_by_its_runn
     for whoever runs next, its first attempt counted (as after a crash)."""
     opts = RunnerOptions(concurrency=1)
     runner = Runner(pg_store, [Quick], options=opts, dependencies={"where": "here"})
-    sleeper = Sleeper(pg_store, [Quick.workflow_type], runner._claimant, timeout=0.5)
+    sleeper = Sleeper(pg_store, [Quick.workflow_type], runner._claimant, timeout=2.0)
     taken = pg_store._wakeup.promise(Quick.workflow_type)
     assert taken is not None
     assert sleeper.join()[0] is False  # ran out

@@ -305,7 +305,7 @@ def test_a_claim_leased_to_a_sleeper_whose_sleep_ran_out_waits_for_its_next_wait
     and the claim is run by the next thread of the same claimant to look."""
     wakeup = _primed()
     woken: list[bool] = []
-    host = _sleeper(wakeup, ["t.v1"], woken, RUNNER, timeout=0.05)
+    host = _sleeper(wakeup, ["t.v1"], woken, RUNNER, timeout=1.0)
     taken = wakeup.promise("t.v1")
     assert taken is not None
     host.join(timeout=30)
@@ -321,7 +321,7 @@ def test_a_claim_leased_to_a_sleeper_whose_sleep_ran_out_waits_for_its_next_wait
 def test_a_claim_leased_to_a_sleeper_gone_wakes_another_of_its_claimant() -> None:
     wakeup = _primed()
     gone: list[bool] = []
-    host = _sleeper(wakeup, ["t.v1"], gone, RUNNER, timeout=0.05)
+    host = _sleeper(wakeup, ["t.v1"], gone, RUNNER, timeout=1.0)
     taken = wakeup.promise("t.v1")
     assert taken is not None
     host.join(timeout=30)
