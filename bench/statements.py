@@ -71,9 +71,9 @@ class _Counted:
             self._count("claim, empty" if not got else "claim, got work")
             return got
 
-        def counted_nudge() -> None:
+        def counted_nudge(topics: Any = ()) -> None:
             self._count("nudge (to a sleeper)" if wakeup.sleeping else "nudge (remembered)")
-            nudge()
+            nudge(topics)
 
         def counted_wait(timeout: float, types: Any = (), claimant: Any = None) -> bool:
             woken = wait(timeout, types, claimant)

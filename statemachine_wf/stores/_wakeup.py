@@ -117,13 +117,21 @@ class Wakeup:
                 self._sleepers.remove(me)
             return False
 
-    def nudge(self) -> None:
-        """Wake one sleeping worker, or the next one to sleep."""
+    def nudge(self, topics: Collection[str] = ()) -> None:
+        """Wake one sleeping worker, or the next one to sleep. With ``topics`` (the types
+        the work is of), the first sleeper that claims one of them, if there is one: two
+        runners of different types on one store object sleep in one queue, and a worker
+        woken for a type it does not claim would leave the task to the safety poll."""
         with self._mutex:
-            if self._sleepers:
-                self._sleepers.popleft().wake()
-            else:
+            if not self._sleepers:
                 self._missed = True
+                return
+            sleeper = next(
+                (s for s in self._sleepers if not s.types or not s.types.isdisjoint(topics)),
+                self._sleepers[0],
+            )
+            self._sleepers.remove(sleeper)
+            sleeper.wake()
 
     def promise(self, type_: str) -> tuple[_Sleeper, Claimant | None] | None:
         """Take a sleeping worker that claims ``type_`` off the queue for a task about to
@@ -207,7 +215,7 @@ class Wakeup:
             if topics and all(self._claiming[t] > 0 for t in topics):
                 self._held.update(topics)
                 return
-        self.nudge()
+        self.nudge(topics)
 
     @contextmanager
     def claiming(self, types: Sequence[str]) -> Iterator[Callable[[], None]]:
@@ -236,4 +244,4 @@ class Wakeup:
                     if self._claiming[t] <= 0:
                         del self._claiming[t]
             if free or not finished:
-                self.nudge()
+                self.nudge(free or kinds)

@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import ClassVar
 
 import psycopg
@@ -372,6 +373,38 @@ def test_a_start_made_where_every_worker_is_busy_reaches_the_other_process(
         there.stop()
         other.close()
     assert client.get(held).status == Status.COMPLETED
+
+
+def test_a_start_from_another_process_wakes_the_runner_of_its_type_here(
+    pg_store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """Two runners of different types on one store object sleep in one queue; the
+    notification of a start made elsewhere wakes the worker that claims its type, though
+    the other runner's worker fell asleep first (its safety poll is 60 s)."""
+    other = PostgresStore(pg_dsn, schema=pg_schema)
+    slow = RunnerOptions(concurrency=1, idle_poll=60, reconcile_on_start=False)
+    first = Runner(pg_store, [Held], options=slow, dependencies={"where": "here"})
+    second = Runner(pg_store, [Quick], options=slow, dependencies={"where": "here"})
+    RAN.clear()
+    first.start()
+    try:
+        _until(lambda: pg_store._wakeup.sleeping == 1)  # Held's worker asleep first
+        second.start()
+        _until(lambda: pg_store._wakeup.sleeping == 2)
+        client = Client(other, [Quick])
+        for n in range(3):
+            iid = client.start(Quick, In(n=n))  # from another store object: notified
+            _until(partial(_completed, client, iid), timeout=20)
+            _until(lambda: pg_store._wakeup.sleeping == 2)
+        assert sorted(RAN) == [(n, "here") for n in range(3)]
+    finally:
+        first.stop()
+        second.stop()
+        other.close()
+
+
+def _completed(client: Client, instance_id: str) -> bool:
+    return client.get(instance_id).status == Status.COMPLETED
 
 
 def _until(check: Callable[[], bool], timeout: float = 30.0) -> None:

@@ -338,3 +338,35 @@ def test_a_claim_leased_to_a_sleeper_gone_wakes_another_of_its_claimant() -> Non
     assert wakeup.handed(RUNNER) is claim
     wakeup.wake_all()
     stranger.join(timeout=30)
+
+
+def test_a_notification_wakes_a_sleeper_that_claims_its_type() -> None:
+    """Two runners of different types on one store object sleep in one queue: the one
+    woken for a task is one that claims it, whatever the order they fell asleep in."""
+    wakeup = _primed()
+    other: list[bool] = []
+    stranger = _sleeper(wakeup, ["u.v1"], other)
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken)
+    wakeup.notify("t.v1")
+    host.join(timeout=30)
+    assert woken == [True]
+    assert other == []
+    wakeup.notify("release")  # not a type anybody claims: the first sleeper
+    stranger.join(timeout=30)
+    assert other == [True]
+
+
+def test_a_held_notification_released_wakes_a_sleeper_of_its_type() -> None:
+    wakeup = _primed()
+    other: list[bool] = []
+    stranger = _sleeper(wakeup, ["u.v1"], other)
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken)
+    with wakeup.claiming(["t.v1"]):
+        wakeup.notify("t.v1")  # held: the claim under way may cover it
+    host.join(timeout=30)  # it sent no claim after: woken, the one that claims t.v1
+    assert woken == [True]
+    assert other == []
+    wakeup.nudge()
+    stranger.join(timeout=30)
