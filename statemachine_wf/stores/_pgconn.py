@@ -10,6 +10,7 @@ runners, and the migrations the first call applies.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import select
@@ -489,15 +490,18 @@ class PgConnections(SqlStore):
                 token = new_lease_token(claimant.incarnation)
                 lease = {"worker": claimant.worker, "lease": claimant.lease, "token": token}
                 row = self._write_one("create_leased", **params, **lease)
-                if row is not None:
-                    task, instance = task_record(row["task"]), self._checked(row["instance"])
-                    claim = Claim(task, instance, started=True, more=False)
+                # Committed: a row that will not read back (nothing written by a start
+                # should be) must not fail the start. The lease runs out, and the claim
+                # after it quarantines the row with the reason.
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    if row is not None:
+                        task, instance = task_record(row["task"]), self._checked(row["instance"])
+                        claim = Claim(task, instance, started=True, more=False)
             else:
                 row = self._write_one(name, **params, notify=False)
         finally:
-            # Unless the claim is handed over, the woken worker claims (if its start
-            # leased the task and the claim could not be read, that finds nothing: the
-            # lease runs out and the task is reclaimed, in doubt, as after a crash).
+            # Unless the claim is handed over, the woken worker claims (after a leased
+            # start whose rows did not read back, that finds nothing: see above).
             self._wakeup.keep(sleeper, type_, made=row is not None, claim=claim)
         return row
 

@@ -165,11 +165,12 @@ class Wakeup:
         else wakes the sleeper, which claims it; nothing made, the sleeper sleeps on."""
         with self._mutex:
             sleeper.reserved = False
+            wake = made
             if claim is not None and sleeper.claimant is not None:
                 self._handed.setdefault(sleeper.claimant, deque()).append(claim)
             elif made and self._claiming[type_] > 0:
                 self._held.add(type_)  # as notify(): the claim under way covers it
-                made = False
+                wake = False
             if sleeper.gone:
                 # Its thread went on, and its next wait looks; a sleeper of the same
                 # claimant runs the claim sooner. A task not leased: that thread claims.
@@ -179,7 +180,7 @@ class Wakeup:
                         other.wake()
                         break
                 return
-            if made:
+            if wake:
                 sleeper.wake()
             else:
                 self._sleepers.appendleft(sleeper)

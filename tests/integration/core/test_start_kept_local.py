@@ -217,6 +217,27 @@ def test_a_start_leases_its_task_to_the_claimant_asleep_and_starts_its_step(
     assert pg_store.claim(worker="w2", types=[TYPE], lease=30.0) == []
 
 
+def test_a_leased_start_whose_rows_do_not_read_back_still_returns_its_id(
+    pg_store: PostgresStore, heard: Callable[[], list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit is made: the start must not fail. Nothing is handed over; the sleeper
+    is woken, and the task stays leased until its lease runs out."""
+
+    def unreadable(raw: object) -> object:
+        raise ValueError("stored instance: too deep")
+
+    monkeypatch.setattr(pg_store, "_checked", unreadable)
+    sleeper = Sleeper(pg_store, [TYPE], RUNNER)
+    new = _new()
+    assert pg_store.create(new) == (new.id, True)
+    assert sleeper.join()[0]
+    assert pg_store.handed_claim(RUNNER) is None
+    assert heard() == []
+    task = pg_store.task(new.id)
+    assert task is not None
+    assert task.lease_owner == "runner-1"
+
+
 def test_a_start_not_leased_where_the_sleeper_claims_it_as_a_dag_or_has_no_claimant(
     pg_store: PostgresStore, heard: Callable[[], list[str]]
 ) -> None:
