@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import cache, lru_cache
 from typing import Any
@@ -332,6 +332,7 @@ class PgConnections(SqlStore):
             self._pool.close()
             raise
         self._wakeup = Wakeup()
+        self._wakeup.announce = self._announce
         self._watch_lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._watching = threading.Event()  # set once the first LISTEN ran (or failed)
@@ -481,6 +482,12 @@ class PgConnections(SqlStore):
         # (`create_leased`) unless a claim of the type is under way here: the worker runs
         # it with no claim (docs/architecture.md, "A start kept in its process").
         taken = self._wakeup.promise(type_) if due_now else None
+        if taken is None and due_now:
+            with self._wakeup.starting(type_) as made:
+                row = self._write_one(name, **params, notify=made is None)
+                if made is not None and row is not None:
+                    made()
+            return row
         if taken is None:
             return super()._start(name, type_, due_now, **params)
         sleeper, claimant = taken
@@ -504,6 +511,14 @@ class PgConnections(SqlStore):
             # start whose rows did not read back, that finds nothing: see above).
             self._wakeup.keep(sleeper, type_, made=row is not None, claim=claim)
         return row
+
+    def _announce(self, types: Collection[str]) -> None:
+        # Called by a claim's thread after its claim: a failure here must not fail that
+        # claim. Untold, the other processes find the task at their next poll.
+        try:
+            self._write_one("announce", types=sorted(types))
+        except StoreError as exc:
+            log.debug("announcing due work failed (%s); left to the polls", exc)
 
     def _may_exist(self, instance_id: str) -> bool:
         try:

@@ -76,6 +76,11 @@ class Wakeup:
         self._seen = threading.local()  # .epoch: the epoch when this thread last woke
         self._claiming: Counter[str] = Counter()  # the types of the claims under way
         self._held: set[str] = set()  # notified, and no claim sent since
+        # Held for a start of this process that told no other process (:meth:`starting`):
+        # if no worker of the type here is asleep once the claims under way are done, the
+        # other processes are told after all (``announce``, set by the store).
+        self._quiet: set[str] = set()
+        self.announce: Callable[[Collection[str]], None] | None = None
         # Claims that starts leased to a claimant's workers, each run by its next thread
         # to look (the promised one, unless its sleep ran out before the start's commit).
         self._handed: dict[Claimant, deque[Claim]] = {}
@@ -122,16 +127,21 @@ class Wakeup:
         the work is of), the first sleeper that claims one of them, if there is one: two
         runners of different types on one store object sleep in one queue, and a worker
         woken for a type it does not claim would leave the task to the safety poll."""
+        self._nudge(topics)
+
+    def _nudge(self, topics: Collection[str]) -> bool:
+        """:meth:`nudge`; whether the worker it woke claims one of ``topics``."""
         with self._mutex:
             if not self._sleepers:
                 self._missed = True
-                return
+                return False
             sleeper = next(
                 (s for s in self._sleepers if not s.types or not s.types.isdisjoint(topics)),
                 self._sleepers[0],
             )
             self._sleepers.remove(sleeper)
             sleeper.wake()
+            return not sleeper.types or not sleeper.types.isdisjoint(topics)
 
     def promise(self, type_: str) -> tuple[_Sleeper, Claimant | None] | None:
         """Take a sleeping worker that claims ``type_`` off the queue for a task about to
@@ -229,6 +239,7 @@ class Wakeup:
         def sent() -> None:
             with self._mutex:
                 self._held -= kinds
+                self._quiet -= kinds
 
         with self._mutex:
             self._claiming.update(kinds)
@@ -237,12 +248,50 @@ class Wakeup:
             yield sent
             finished = True
         finally:
+            self._let_go(kinds, finished)
+
+    @contextmanager
+    def starting(self, type_: str) -> Iterator[Callable[[], None] | None]:
+        """Around the commit of a start of ``type_`` due now that no worker here was
+        promised: yields ``made`` if a claim of the type is under way in this process, and
+        the start need not tell the other processes (call it once the task is made), else
+        None. Told, each process's idle worker would claim, one to take the task and the
+        others to find nothing. Untold, it is held as a notification is (:meth:`notify`):
+        a claim sent after the commit sees it; else, once the claims under way are done,
+        a worker here is woken for it, and if none of the type is asleep the other
+        processes are told after all (``announce``). The start counts as a claim under
+        way meanwhile, so that one finishing before its commit does not let go early."""
+        kinds = {type_}
+
+        def made() -> None:
             with self._mutex:
-                self._claiming.subtract(kinds)
-                free = {t for t in self._held if self._claiming[t] <= 0}
-                self._held -= free
-                for t in kinds:
-                    if self._claiming[t] <= 0:
-                        del self._claiming[t]
-            if free or not finished:
-                self.nudge(free or kinds)
+                self._held.add(type_)
+                self._quiet.add(type_)
+
+        with self._mutex:
+            quiet = self._claiming[type_] > 0
+            self._claiming.update(kinds)
+        finished = False
+        try:
+            yield made if quiet else None
+            finished = True
+        finally:
+            self._let_go(kinds, finished)
+
+    def _let_go(self, kinds: set[str], finished: bool) -> None:
+        """The end of a claim (or start) of ``kinds``: the notifications held for types
+        no claim is under way for any more wake a worker; so does a claim that raised
+        (it may have covered a notification)."""
+        with self._mutex:
+            self._claiming.subtract(kinds)
+            free = {t for t in self._held if self._claiming[t] <= 0}
+            self._held -= free
+            loud = free & self._quiet
+            self._quiet -= free
+            for t in kinds:
+                if self._claiming[t] <= 0:
+                    del self._claiming[t]
+        if free or not finished:
+            woke = self._nudge(free or kinds)
+            if loud and not woke and self.announce is not None:
+                self.announce(loud)

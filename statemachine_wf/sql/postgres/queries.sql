@@ -733,6 +733,12 @@ WHERE (%(any_status)s OR status = ANY(%(status)s))
   AND (%(pattern)s::text IS NULL OR type LIKE %(pattern)s)
   AND (%(deleted)s OR deleted_at IS NULL);
 
+-- name: announce
+-- Work of these types is due that no other process was told of: a start made while a
+-- claim of its type was under way in its process, which no worker there took at once
+-- (stores/_wakeup.py, Wakeup.starting).
+SELECT pg_notify(%(channel)s, t) FROM unnest(%(types)s::text[]) AS t;
+
 -- name: next_due
 -- Per type, the first due time off the (type, due_at) index (swf_first_due, migration
 -- 015): a min over `type = ANY(...)` was a scan of every task (13.7 ms at 100,000 tasks,

@@ -293,6 +293,45 @@ def test_a_start_with_a_claim_of_its_type_under_way_here_is_left_to_that_claim(
     assert sleeper.join()[0]
 
 
+def test_a_start_while_a_claim_of_its_type_is_in_flight_here_is_held_here_then_told(
+    pg_store: PostgresStore, pg_dsn: str, pg_schema: str, heard: Callable[[], list[str]]
+) -> None:
+    """No worker of the type asleep here, and a claim of it under way: the start tells
+    nobody, lest each other process's idle worker claim for a task the runner here may
+    take. That claim returned and no worker here asleep for it, the others are told."""
+    other = PostgresStore(pg_dsn, schema=pg_schema)
+    try:
+        there = Sleeper(other, [TYPE])  # another process's idle worker
+        with pg_store._wakeup.claiming([TYPE]) as sent:
+            sent()  # in flight: its snapshot may be older than the start's commit
+            assert pg_store.create(_new())[1]
+            assert heard() == []
+            assert other._wakeup.sleeping == 1
+        assert heard() == [TYPE]  # announced once the claim returned
+        woken, slept = there.join()
+        assert woken
+        assert slept < 30  # by the announcement, not by its 60 s timeout
+        assert pg_store.next_due(types=[TYPE]) == 0
+    finally:
+        other.close()
+
+
+def test_a_start_held_here_wakes_a_worker_here_once_the_claim_under_way_returned(
+    pg_store: PostgresStore, heard: Callable[[], list[str]]
+) -> None:
+    with pg_store._wakeup.claiming([TYPE]) as sent:
+        sent()
+        assert pg_store.create(_new())[1]
+        sleeper = Sleeper(pg_store, [TYPE])  # a worker done with its step, asleep
+        assert heard() == []
+        assert pg_store._wakeup.sleeping == 1  # held while the claim is in flight
+    woken, slept = sleeper.join()
+    assert woken
+    assert slept < 30
+    assert heard() == []  # nobody else was told
+    assert pg_store.next_due(types=[TYPE]) == 0
+
+
 def test_a_start_that_found_its_key_taken_wakes_nobody(
     pg_store: PostgresStore, heard: Callable[[], list[str]]
 ) -> None:

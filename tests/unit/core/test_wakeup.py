@@ -370,3 +370,95 @@ def test_a_held_notification_released_wakes_a_sleeper_of_its_type() -> None:
     assert other == []
     wakeup.nudge()
     stranger.join(timeout=30)
+
+
+def _announced(wakeup: Wakeup) -> list[list[str]]:
+    told: list[list[str]] = []
+    wakeup.announce = lambda types: told.append(sorted(types))
+    return told
+
+
+def test_a_start_with_no_claim_of_its_type_under_way_tells_everyone() -> None:
+    wakeup = _primed()
+    told = _announced(wakeup)
+    with wakeup.claiming(["u.v1"]), wakeup.starting("t.v1") as made:
+        assert made is None  # the start's own statement notifies every process
+    assert told == []
+    assert wakeup.wait(0.01) is False  # nothing held for it here either
+
+
+def test_a_start_while_a_claim_of_its_type_is_under_way_is_held_for_this_process() -> None:
+    """No other process is told: a worker here is woken for it once the claims under way
+    are done, as for a notification they may not have covered."""
+    wakeup = _primed()
+    told = _announced(wakeup)
+    woken: list[bool] = []
+    with wakeup.claiming(["t.v1"]) as sent:
+        sent()  # in flight: its snapshot may be older than the start's commit
+        with wakeup.starting("t.v1") as made:
+            assert made is not None
+            made()
+        host = _sleeper(wakeup, ["t.v1"], woken)  # a worker done with its step
+        assert woken == []  # held while the claim is in flight
+    host.join(timeout=30)
+    assert woken == [True]
+    assert told == []
+
+
+def test_a_held_start_that_no_worker_here_takes_at_once_is_announced() -> None:
+    """Every worker of the process is busy: the other processes are told after all."""
+    wakeup = _primed()
+    told = _announced(wakeup)
+    other: list[bool] = []
+    stranger = _sleeper(wakeup, ["u.v1"], other)  # asleep, but it claims another type
+    with wakeup.claiming(["t.v1"]) as sent:
+        sent()
+        with wakeup.starting("t.v1") as made:
+            assert made is not None
+            made()
+    assert told == [["t.v1"]]  # the sleeper woken (the nudge's first) does not claim it
+    stranger.join(timeout=30)
+    assert other == [True]
+
+
+def test_a_claim_that_ends_before_the_held_start_commits_does_not_let_go_early() -> None:
+    """Let go before the commit, the worker woken could claim before it and find
+    nothing, and the task would be left to the polls: the start counts as under way."""
+    wakeup = _primed()
+    told = _announced(wakeup)
+    woken: list[bool] = []
+    with wakeup.starting("t.v1") as unheld:
+        assert unheld is None  # nothing under way yet: this start tells everyone
+    claim = wakeup.claiming(["t.v1"])
+    claim.__enter__()
+    with wakeup.starting("t.v1") as made:
+        assert made is not None
+        claim.__exit__(None, None, None)  # the claim returns before the commit
+        host = _sleeper(wakeup, ["t.v1"], woken)
+        made()  # the commit
+        assert woken == []
+    host.join(timeout=30)
+    assert woken == [True]
+    assert told == []
+
+
+def test_a_claim_sent_after_a_held_start_committed_covers_it() -> None:
+    wakeup = _primed()
+    told = _announced(wakeup)
+    with wakeup.claiming(["t.v1"]):
+        with wakeup.starting("t.v1") as made:
+            assert made is not None
+            made()
+        with wakeup.claiming(["t.v1"]) as sent:
+            sent()  # its snapshot holds the start's commit
+    assert told == []
+    assert wakeup.wait(0.01) is False
+
+
+def test_a_start_whose_key_was_taken_holds_nothing() -> None:
+    wakeup = _primed()
+    told = _announced(wakeup)
+    with wakeup.claiming(["t.v1"]), wakeup.starting("t.v1") as made:
+        assert made is not None  # not called: nothing was made
+    assert told == []
+    assert wakeup.wait(0.01) is False
