@@ -34,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         "--metrics", action="store_true", help="runners count into the worker's metrics"
     )
     core.add_argument(
+        "--count",
+        action="store_true",
+        help="count each runner's statements (server CPU each), empty claims and sleeps",
+    )
+    core.add_argument(
         "--dashboard",
         action="store_true",
         help="a dashboard process open on the store, polled every second, during the run",
@@ -310,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             latency_samples=30 if args.quick else args.latency_samples,
             metrics=args.metrics,
             dashboard=args.dashboard,
+            count=args.count,
         )
         if args.dsn:
             s.dsn = args.dsn
@@ -320,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
 
         results = c.run(s, only, log)
         print(c.table(results, s))
+        if args.count:
+            print(c.counts_report(results))
         if args.json:
             c.dump_json(results, args.json)
         return 1 if any(r.error for r in results) else 0

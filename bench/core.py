@@ -85,6 +85,9 @@ class Settings:
     """The runners count into a WorkerMetrics (``worker --metrics-port``'s instruments)."""
     dashboard: bool = False
     """A dashboard process is open on the store during the timed run (see open_dashboard)."""
+    count: bool = False
+    """The runners' statements, claims and sleeps counted (bench/statements.py's counters),
+    summed over the processes of a runner row and printed per workflow after the table."""
 
 
 # -- stores -------------------------------------------------------------------------
@@ -405,6 +408,11 @@ def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any
         observer=observer,
     )
     warm_pool(store, spec["concurrency"] + 2)
+    counted = None
+    if spec.get("count"):
+        from .statements import _Counted
+
+        counted = _Counted(store)
     client = Client(store)
     produce = spec.get("produce", 0)
     barrier.wait(timeout=180)
@@ -420,7 +428,10 @@ def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any
     pg_cpu = backends.used() if backends is not None else 0.0
     runner.stop(timeout=30)
     store.close()
-    return {"t0": t0, "t_produced": t_produced, "cpu": cpu, "pg_cpu": pg_cpu}
+    out: dict[str, Any] = {"t0": t0, "t_produced": t_produced, "cpu": cpu, "pg_cpu": pg_cpu}
+    if counted is not None:
+        out["counts"] = counted.summary()
+    return out
 
 
 def run_swf(s: Settings, store: str, procs: int, *, e2e: bool = False) -> Result:
@@ -446,6 +457,8 @@ def run_swf(s: Settings, store: str, procs: int, *, e2e: bool = False) -> Result
             )
             done, _ = count()
         extra.update(outs[-1], completed=done, **dash)
+        if s.count:
+            extra["counts"] = _summed([out.get("counts", {}) for out in outs])
         note = f"conc {spec['concurrency']}/proc"
         if not e2e:
             note += f"; start() {extra['start_per_s']:.0f}/s"
@@ -896,6 +909,34 @@ def _latency_result(
     )
 
 
+def _summed(counts: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """The processes' counts added up: name -> [calls or times, server CPU seconds]."""
+    total: dict[str, list[float]] = {}
+    for one in counts:
+        for name, (calls, cpu) in one.items():
+            sums = total.setdefault(name, [0, 0.0])
+            sums[0] += calls
+            sums[1] += cpu
+    return total
+
+
+def counts_report(results: list[Result]) -> str:
+    """Per workflow, for each row counted (``--count``): each statement's calls and its
+    server CPU a call, then the claims that came back empty, the wake-ups and sleeps."""
+    lines = []
+    for r in results:
+        counts = r.extra.get("counts")
+        if not counts:
+            continue
+        lines.append(f"{r.name}, per workflow:")
+        for name, (calls, cpu) in sorted(counts.items(), key=lambda kv: -kv[1][0]):
+            if calls / r.workflows < 0.005:
+                continue
+            server = f"  server {cpu / calls * 1000:6.3f} ms a call" if cpu else ""
+            lines.append(f"  {name:42s} {calls / r.workflows:6.2f}{server}")
+    return "\n".join(lines)
+
+
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
@@ -908,7 +949,7 @@ def _spec(s: Settings, store: str, tag: str) -> dict[str, Any]:
         spec = {"store": "pg", "dsn": s.dsn, "schema": f"swfbench_{tag}_{os.getpid()}"}
     else:
         spec = {"store": "sqlite", "path": os.path.join(s.tmp, f"{tag}.db")}
-    return {**spec, "metrics": s.metrics}
+    return {**spec, "metrics": s.metrics, "count": s.count}
 
 
 CONFIGS: dict[str, Callable[[Settings], Result]] = {

@@ -94,6 +94,13 @@ class _Counted:
         with self._lock:
             self.events[what] += 1
 
+    def summary(self) -> dict[str, list[float]]:
+        """Each statement's [calls, server CPU seconds] and each event's [times, 0.0]."""
+        with self._lock:
+            out = {name: [calls, cpu] for name, (calls, cpu) in self.calls.items()}
+            out.update({what: [times, 0.0] for what, times in self.events.items()})
+            return out
+
 
 def run(store_kind: str, n: int, *, e2e: bool, concurrency: int, dag: str = "") -> str:
     """``dag``: N pre-created DAG instances of that shape (bench/dag.py), per node."""
