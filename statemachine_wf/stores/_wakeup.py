@@ -72,6 +72,10 @@ class Wakeup:
         # not yet running is no longer a sleeper a second nudge or promise could count on.
         self._sleepers: deque[_Sleeper] = deque()
         self._missed = False
+        # Types a wake-up was for when only workers of other types slept (one of those was
+        # woken instead): a worker that claims one of them, awake at that moment, looks
+        # again at its next wait rather than sleeping through it.
+        self._missed_for: set[str] = set()
         self._epoch = 0
         self._seen = threading.local()  # .epoch: the epoch when this thread last woke
         self._claiming: Counter[str] = Counter()  # the types of the claims under way
@@ -105,6 +109,9 @@ class Wakeup:
             if self._missed:
                 self._missed = False
                 return True
+            if types and not self._missed_for.isdisjoint(types):
+                self._missed_for.difference_update(types)
+                return True
             if claimant is not None and self._handed.get(claimant):
                 return True  # a start's claim is waiting for this claimant
             me = _Sleeper(frozenset(types), claimant, time.monotonic() + timeout)
@@ -137,8 +144,11 @@ class Wakeup:
                 return False
             sleeper = next(
                 (s for s in self._sleepers if not s.types or not s.types.isdisjoint(topics)),
-                self._sleepers[0],
+                None,
             )
+            if sleeper is None:
+                sleeper = self._sleepers[0]
+                self._missed_for.update(topics)
             self._sleepers.remove(sleeper)
             sleeper.wake()
             return not sleeper.types or not sleeper.types.isdisjoint(topics)

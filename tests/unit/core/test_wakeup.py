@@ -462,3 +462,19 @@ def test_a_start_whose_key_was_taken_holds_nothing() -> None:
         assert made is not None  # not called: nothing was made
     assert told == []
     assert wakeup.wait(0.01) is False
+
+
+def test_a_typed_wake_up_with_only_other_types_asleep_is_kept_for_a_worker_of_its_type() -> None:
+    """The worker of the type was awake (between its question and its sleep): it looks
+    again at its next wait instead of sleeping through the wake-up (a timer handed over
+    to a runner whose other worker was about to sleep: the timer fired only once a worker
+    came back from a step)."""
+    wakeup = _primed()
+    other: list[bool] = []
+    stranger = _sleeper(wakeup, ["u.v1"], other)
+    wakeup.nudge(["t.v1"])
+    stranger.join(timeout=30)
+    assert other == [True]  # woken all the same, as before
+    assert wakeup.wait(0.01, ["u.v1"]) is False  # not for u.v1
+    assert wakeup.wait(30.0, ["t.v1"]) is True  # kept for t.v1: at once
+    assert wakeup.wait(0.01, ["t.v1"]) is False  # once
