@@ -77,8 +77,17 @@ class Idle:
         return took and not woken and not held
 
     def handed_over(self) -> bool:
-        """Whether this worker held the timer when it last woke (asked once per claim:
-        another idle worker must take the timer over)."""
+        """Whether this worker held the timer when it last woke, or holds it now (asked
+        once per claim that took work: another idle worker must take the timer over);
+        a timer still held is given up."""
         held = bool(getattr(self._local, "held", False))
         self._local.held = False
+        with self._lock:
+            if self._timer[0] == threading.get_ident():
+                # It took the timer for a due time already passed (no sleep, so no
+                # `woke` to give it up) and claimed at once: kept, the worker woken to
+                # take it over saw a holder and slept the safety poll, and the next timer
+                # waited for this worker's step to end (caught at load 2).
+                self._timer = (None, 0.0)
+                held = True
         return held

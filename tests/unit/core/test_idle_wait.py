@@ -85,3 +85,12 @@ def test_a_holder_that_woke_too_early_claims_again_once(idle: Idle) -> None:
     assert idle.wait(0.0, asked=100.0) == CONTENDED  # ...once; then somebody else has it
     # A worker that did not hold the timer: the task is in another claim, a moment's sleep.
     assert in_thread(lambda: idle.wait(0.0, asked=100.0)) == CONTENDED
+
+
+def test_a_timer_taken_for_a_due_time_passed_is_handed_over_after_the_claim(idle: Idle) -> None:
+    """No sleep, so no `woke` gives it up: kept, the worker woken to take it over saw a
+    holder and slept the safety poll while this one ran a step."""
+    assert idle.wait(0.002, asked=100.0) == 0.0  # holds the timer while it claims
+    assert idle.handed_over() is True  # its claim took work: the timer is handed over
+    assert idle._timer == (None, 0.0)
+    assert in_thread(lambda: idle.wait(0.080, asked=100.0)) == pytest.approx(0.076 + MARGIN)
