@@ -265,13 +265,16 @@ class TaskQueue(Protocol):
         stops."""
         ...
 
-    def nudge(self, *, types: Sequence[str] | None = None) -> None:
-        """Wake one waiting worker of this process.
+    def nudge(self, *, types: Sequence[str] | None = None, covered: bool = True) -> None:
+        """Wake one waiting worker of this process, one that claims one of ``types`` if
+        there is one (several runners on one store object sleep in one queue).
 
         With ``types`` (a claim saw another task of these types due: the baton), not while
         a claim of each of them is under way in this process: a claim sent after this
         call sees that task, so the wake-up waits until the claims under way have
-        returned with none sent since, and is dropped if one was (PostgreSQL)."""
+        returned with none sent since, and is dropped if one was (PostgreSQL).
+        ``covered=False``: a wake-up no claim covers (a runner's timer handed over to
+        another of its workers), sent at once."""
         ...
 
     def wake_instances(self, instance_ids: Sequence[str]) -> None:

@@ -413,7 +413,9 @@ class Runner:
         elif all(not c.started and c.instance.waiting is not None for c in claims):
             self._local.nudge = True
         elif held_timer:
-            self.store.nudge()  # the timer is handed over: a wake-up no claim covers
+            # The timer is handed over: a wake-up no claim covers, for a worker of this
+            # runner (the first sleeper may be another runner's, with a timer of its own).
+            self.store.nudge(types=self._hosted, covered=False)
         else:
             dag = claims[0].task.kind == "dag"
             self.store.nudge(types=self.dag_types if dag else self.types)
@@ -427,7 +429,7 @@ class Runner:
         """Pass on the baton this worker's claim held back, if it still holds it."""
         if getattr(self._local, "nudge", False):
             self._local.nudge = False
-            self.store.nudge()
+            self.store.nudge(types=self._hosted, covered=False)
 
     def _run_handing(self, claim: Claim, *, startup: bool) -> None:
         """Run ``claim``, then each node its commit handed straight to this worker (a DAG's

@@ -407,11 +407,11 @@ class SqlBase(ABC):
     def handed_claim(self, claimant: Claimant) -> Claim | None:
         return self._wakeup.handed(claimant)
 
-    def nudge(self, *, types: Sequence[str] | None = None) -> None:
-        if types:
+    def nudge(self, *, types: Sequence[str] | None = None, covered: bool = True) -> None:
+        if types and covered:
             self._wakeup.notify(*types)
         else:
-            self._wakeup.nudge()
+            self._wakeup.nudge(types or ())
 
     def wake(self) -> None:
         self._wakeup.wake_all()
