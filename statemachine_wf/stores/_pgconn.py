@@ -481,15 +481,17 @@ class PgConnections(SqlStore):
         # leases its task to that worker and starts its first step in the same commit
         # (`create_leased`) unless a claim of the type is under way here: the worker runs
         # it with no claim (docs/architecture.md, "A start kept in its process").
-        taken = self._wakeup.promise(type_) if due_now else None
-        if taken is None and due_now:
+        if not due_now:
+            return super()._start(name, type_, due_now, **params)
+        taken = self._wakeup.promise(type_)
+        if taken is None:
+            # No worker of the type asleep here: told unless a claim here covers it
+            # (docs/architecture.md, "A start held in its process").
             with self._wakeup.starting(type_) as made:
                 row = self._write_one(name, **params, notify=made is None)
                 if made is not None and row is not None:
                     made()
             return row
-        if taken is None:
-            return super()._start(name, type_, due_now, **params)
         sleeper, claimant = taken
         row = claim = None
         try:
