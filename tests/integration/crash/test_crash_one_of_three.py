@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from functools import partial
 
 import pytest
@@ -46,6 +47,10 @@ def test_one_of_three_runners_sigkilled_the_others_take_over(pg_target: Target) 
             poll_until(victim_mid_run, timeout=60, what="node-a mid-run with leases", interval=0.01)
             os.kill(procs["node-a"].pid, signal.SIGKILL)
             assert procs["node-a"].wait(timeout=10) == -signal.SIGKILL
+            # A statement the victim sent just before it died still commits on its backend
+            # (a finish, which deletes the task); read the leases once that has landed. Its
+            # leases (2 s, beaten every 2/3 s) outlive the pause: nobody has taken over yet.
+            time.sleep(0.3)
             orphaned = [
                 str(r[0])
                 for r in sql.execute(
