@@ -81,6 +81,8 @@ class _Counted:
             return bool(woken)
 
         store.claim = counted_claim
+        if hasattr(store, "_send_continues"):  # PostgreSQL's group commit (stores/_pggroup.py)
+            self._count_groups(timed)
         wakeup.nudge, wakeup.wait = counted_nudge, counted_wait
         keep = wakeup.keep
 
@@ -89,6 +91,28 @@ class _Counted:
             self._count("start leased in its process" if claim else "start kept in its process")
 
         wakeup.keep = counted_keep
+
+    def _count_groups(self, timed: Any) -> None:
+        """Count the statements that carry several decisions: their module's ``execute``,
+        wrapped (one store object in a runner process), and the decisions each carried."""
+        from statemachine_wf.stores import _pggroup as group
+
+        names = {
+            group._joined(group.CONTINUES): "group: continues",
+            group._then_claim(group.FINISHES): "group: finishes+claim",
+        }
+        execute = getattr(group.execute, "__wrapped__", group.execute)
+
+        def counted(conn: Any, text: str, params: Any) -> Any:
+            name = names.get(text)
+            if name is None:
+                return execute(conn, text, params)
+            with self._lock:
+                self.events[f"{name}, decisions carried"] += len(params["ids"])
+            return timed(name, conn, lambda: execute(conn, text, params))
+
+        counted.__wrapped__ = execute  # type: ignore[attr-defined]
+        group.execute = counted
 
     def _count(self, what: str) -> None:
         with self._lock:
