@@ -128,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     dag.add_argument("--stores", default="sqlite,pg", help="comma-separated: sqlite,pg")
     dag.add_argument("--procs", default="1,4", help="runner process counts")
     dag.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+    dag.add_argument(
+        "--count",
+        action="store_true",
+        help="count each runner's statements (server CPU each), empty claims and sleeps",
+    )
 
     authoring = sub.add_parser(
         "authoring", help="lines of workflow code per workflow class (imports, docstrings out)"
@@ -268,12 +273,15 @@ def main(argv: list[str] | None = None) -> int:
         ds.procs = tuple(int(x) for x in args.procs.split(",") if x.strip())
         if args.dsn:
             ds.dsn = args.dsn
+        ds.count = args.count
 
         def log_dag(msg: str) -> None:
             print(msg, file=sys.stderr, flush=True)
 
         dag_rows = dg.run(ds, log_dag)
         print(dg.table(dag_rows, ds))
+        if args.count:
+            print(dg.counts_report(dag_rows))
         return 1 if any(r.error for r in dag_rows) else 0
     if args.cmd == "chain":
         from . import chain as ch

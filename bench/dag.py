@@ -87,6 +87,8 @@ class Settings:
     dsn: str = field(default_factory=core.pg_dsn)
     timeout: float = 600.0
     tmp: str = ""
+    count: bool = False
+    """Count each runner process's statements (bench/statements.py), summed a row."""
 
     @classmethod
     def quick(cls) -> Settings:
@@ -100,6 +102,7 @@ class Settings:
             dsn=self.dsn,
             timeout=self.timeout,
             tmp=self.tmp,
+            count=self.count,
         )
 
 
@@ -140,6 +143,11 @@ def dag_runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str,
         store, [], dags=registry, options=RunnerOptions(concurrency=spec["concurrency"])
     )
     core.warm_pool(store, spec["concurrency"] + 2)
+    counted = None
+    if spec.get("count"):
+        from .statements import _Counted
+
+        counted = _Counted(store)
     barrier.wait(timeout=180)
     c0 = time.process_time()
     backends = core.BackendCPU(spec["dsn"], spec["app"]) if spec["store"] == "pg" else None
@@ -149,7 +157,10 @@ def dag_runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str,
     pg_cpu = backends.used() if backends is not None else 0.0
     runner.stop(timeout=30)
     store.close()
-    return {"cpu": cpu, "pg_cpu": pg_cpu}
+    out: dict[str, Any] = {"cpu": cpu, "pg_cpu": pg_cpu}
+    if counted is not None:
+        out["counts"] = counted.summary()
+    return out
 
 
 def precreate(spec: dict[str, Any], shape: str, n: int) -> list[str]:
@@ -205,6 +216,8 @@ def run_dag(s: Settings, store: str, procs: int, shape: str) -> Row:
                 timeout=s.timeout,
             )
         extra: dict[str, Any] = dict(outs[-1], concurrency=spec["concurrency"])
+        if s.count:
+            extra["counts"] = core._summed([o.get("counts", {}) for o in outs])
         if shape == "fanout":
             lat = join_latencies(spec, ids)
             extra.update(
@@ -267,6 +280,17 @@ def run(s: Settings, log: Callable[[str], None]) -> list[Row]:
         if own_tmp:
             shutil.rmtree(s.tmp, ignore_errors=True)
     return rows
+
+
+def counts_report(rows: list[Row]) -> str:
+    """Per node (per step for the state-machine rows), each counted row's statements and
+    their server CPU a call, then the empty claims, wake-ups and sleeps (``--count``)."""
+    results = [
+        core.Result(r.name, r.store, "swf", r.procs, r.units, r.seconds, extra=r.extra)
+        for r in rows
+        if r.extra.get("counts")
+    ]
+    return core.counts_report(results).replace("per workflow:", "per node or step:")
 
 
 def table(rows: list[Row], s: Settings) -> str:
