@@ -11,6 +11,11 @@ version it holds, because only two things write it:
   new version, status and node tasks. The commit's CAS held, so nobody else changed the
   version in between, and what commits next comes after these events in the log.
 
+A third leaves it behind: a commit its blockers vouched for, made at a later version
+(other runners committed meanwhile). Its events are not folded in (the view would skip
+the others' before them); the entry keeps its older version, marked ``behind``, and is
+used only for what needs no newer one until the next read.
+
 What neither brings in at once are the claims' ``NODE_STARTED`` (a claim does not bump
 the version): they count a node's tries only, and the next read folds them in
 (``LogView.extend`` skips the runner's own events, which it reads again then).
@@ -40,7 +45,7 @@ the instances of one definition share one graph, parsed and indexed once."""
 class Cached:
     """One instance as this runner last read or committed it."""
 
-    __slots__ = ("contended", "graph", "lock", "state", "view")
+    __slots__ = ("behind", "contended", "graph", "lock", "state", "view")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -51,6 +56,11 @@ class Cached:
         self.state: DagSnapshot | None = None
         """The instance (its version, status and node tasks) the view is current for."""
         self.contended = False
+        self.behind = False
+        """Whether this runner committed on the instance at a later version than the
+        entry's (its blockers vouched): the view is still a prefix of the log but lacks
+        the tail, this commit's events among it. Decisions its blockers vouch for may be
+        made on it; anything else reads first (``DagExecutor._commit_loop``)."""
         """Whether another runner committed on the instance while this one worked on it
         (a lost CAS, or a commit that found the version moved): its plain completions
         then name their blockers (``dag_vouch.blockers``)."""
@@ -116,6 +126,7 @@ class DagCache:
         else:
             entry.view.extend(snap.events)
         entry.state = DagSnapshot(snap.instance, [], snap.open_slots)  # the log is in the view
+        entry.behind = False
         return snap
 
     @staticmethod

@@ -68,7 +68,7 @@ from ..definition.events import Ev, NewEvent, Status
 from ..definition.limits import check_payload
 from ..errors import ConcurrencyConflict, Fail, InputError, LeaseLost, StepFailure
 from . import observe
-from .dag_cache import DagCache
+from .dag_cache import Cached, DagCache
 from .dag_handlers import (
     ChildRunning,
     InternalError,
@@ -167,22 +167,36 @@ class DagExecutor:
             # tried the node meanwhile (a claim bumps no version), and a runner that died
             # may have left more than its try (an older version recorded a result on its
             # own): read what the log says before running the node again.
+            # Where other runners commit on the instance too (a fan-out's branches in
+            # several processes), a cache older than the claim, or behind the log after a
+            # vouched commit, still runs the first try of a run it holds dispatched: what
+            # that run reads came before its dispatch. Its completion then commits on its
+            # blockers' word, or is decided again on a read (_commit_loop). The instance's
+            # status is the claim's, which is newer.
             snap = entry.state
             tried = 0 if entry.view is None else entry.view.tries.get(node, 0)
+            status = None if snap is None else snap.instance.status
+            older = snap is not None and snap.instance.version < claim.instance.version
             if (
                 snap is None
-                or snap.instance.version < claim.instance.version
                 or claim.task.attempt > tried + 1
+                or (
+                    (older or entry.behind)
+                    and not (entry.contended and _first_try(entry, node, claim))
+                )
             ):
                 snap = self._cache.read(entry, instance_id)
                 if snap is None:
                     return None  # deleted (a stopped test run): its tasks went with it
+                status = snap.instance.status
+            elif older:
+                status = claim.instance.status
             view, graph = entry.view, entry.graph
-            if view is None or graph is None:  # read() fills both
+            if view is None or graph is None or status is None:  # read() fills both
                 raise RuntimeError(f"DAG instance {instance_id}: no log view after reading it")
             view.started(node, claim.task.attempt)  # the claim's NODE_STARTED, unread
             run = view.run(node)
-            terminal = snap.instance.status.terminal
+            terminal = status.terminal
             done = view.completion(node, run) is not None
             ctx = {} if terminal or done else view.context()
             loop_state = None if terminal or done else _loop_state(graph, view, node, run)
@@ -479,6 +493,17 @@ class DagExecutor:
                 if view is None:  # read() fills it
                     raise RuntimeError(f"DAG instance {instance_id}: no log view after reading it")
                 decision = make(state, view)
+                if (
+                    entry.behind
+                    and state is entry.state
+                    and (decision is None or not _vouched(entry, view, decision, state))
+                ):
+                    # Decided on a cache behind the log: only a decision its blockers vouch
+                    # for may commit so. Anything else is decided again on a read.
+                    state = self._cache.read(entry, instance_id)
+                    if state is None:
+                        return False
+                    decision = make(state, view)
                 if decision is None:
                     return False
                 # A worker free to run a node next takes one in this commit, leased to it
@@ -520,12 +545,13 @@ class DagExecutor:
                 if decision.finish:  # takes no node: it neither hands one off nor a sibling
                     self._cache.forget(instance_id)  # over: nothing left to decide
                     return True
-                if applied.version != version + 1:
+                if applied.version != version + 1 or entry.behind:
                     entry.contended = True
                     # Committed on a later version (its blockers vouched): the view lacks
-                    # others' events. Not folded in; the next decision reads the tail
-                    # first, this commit's own events with it, in order.
-                    entry.state = None
+                    # others' events. Not folded in: the cache stays a prefix of the log,
+                    # behind it, and the next read folds in the tail, this commit's own
+                    # events with it, in order.
+                    entry.behind = entry.state is not None
                     instance = replace(state.instance, version=applied.version)
                 else:
                     instance = self._cache.fold(entry, state, decided, applied)
@@ -540,6 +566,24 @@ class DagExecutor:
                     f"instance {instance_id} keeps changing under this runner"
                 ),
             )
+
+
+def _first_try(entry: Cached, node: str, claim: Claim) -> bool:
+    """Whether ``claim`` is the first try of a run of ``node`` the cached view holds
+    dispatched and nothing more: then the view, a prefix of the log (behind it, maybe),
+    holds everything the run reads (what came before its dispatch), outside loops."""
+    view, graph = entry.view, entry.graph
+    if view is None or graph is None or claim.task.attempt != 1 or view.tries.get(node, 0):
+        return False
+    if graph.scope[node] is not None or graph.nodes[node].type in ("loop", "delay"):
+        return False
+    run = view.run(node)
+    return run > 0 and view.completion(node, run) is None and (node, run) not in view.failed
+
+
+def _vouched(entry: Cached, view: LogView, decision: DagDecision, state: DagSnapshot) -> bool:
+    graph = entry.graph
+    return graph is not None and bool(blockers(graph, view, decision, state.open_slots))
 
 
 def _loop_state(graph: Graph, view: LogView, node: str, run: int) -> LoopState | None:

@@ -101,6 +101,64 @@ def test_a_lost_cas_rereads_the_tail_and_joins_once(store: Store) -> None:
     assert spy.reads[1] > 0
 
 
+def test_a_cache_behind_the_log_runs_and_vouches_branches_without_reading(
+    store: Store,
+) -> None:
+    """Once another runner commits on a fan-out too, a commit its blockers vouch for
+    lands at a later version and leaves this runner's cache behind the log. The next
+    branches (first tries of runs the cache holds dispatched) run and commit on it with no
+    read; the last branch, which nothing vouches for any more, is decided again on a read
+    and dispatches the join once."""
+    client = DagClient(store)
+    iid = client.start(h.fan_out(6), {"x": 1})
+    spy = _Spy(store)
+    loop = asyncio.new_event_loop()
+    mine = DagExecutor(spy, h.registry, worker="mine", loop=lambda: loop)
+    other = DagExecutor(store, h.registry, worker="other", loop=lambda: loop)
+
+    def claim(worker: str) -> Any:
+        [one] = store.dag_claim(worker=worker, types=["swf.dag"], lease=30)
+        return one
+
+    def other_runs_a_branch() -> None:
+        assert other.run(claim("other")) is None
+
+    def twice() -> None:  # before mine's next commit, and again before the one after
+        spy.before_apply = other_runs_a_branch
+        other_runs_a_branch()
+
+    try:
+        assert mine.run(claim("mine")) is None  # s: the six branches dispatched
+        assert spy.reads == [0]
+        # Mine's first branch loses its CAS to the other runner's (a read), and its retry,
+        # vouched for, commits after a further commit of the other's: mine is behind.
+        spy.before_apply = twice
+        assert mine.run(claim("mine")) is None
+        assert len(spy.reads) == 2
+        # Two more branches: run and committed on the cache behind the log, no read.
+        assert mine.run(claim("mine")) is None
+        assert mine.run(claim("mine")) is None
+        assert len(spy.reads) == 2
+        # The last: its blockers all settled, the store refuses it, and it is decided
+        # again on a read: the join (the end) is dispatched.
+        assert mine.run(claim("mine")) is None
+        assert len(spy.reads) == 3
+        end = claim("mine")
+        assert end.task.slot == "e"
+        assert mine.run(end) is None
+    finally:
+        mine.close()
+        other.close()
+        loop.close()
+    assert client.get(iid).status == Status.COMPLETED
+    assert client.output(iid) == {f"b{i}": 1 + i for i in range(6)}
+    history = client.history(iid)
+    started = Counter(e.node for e in history if e.event_type == Ev.NODE_STARTED)
+    assert started == dict.fromkeys(["s", "e", *(f"b{i}" for i in range(6))], 1)
+    dispatched = Counter(e.node for e in history if e.event_type == Ev.NODE_DISPATCHED)
+    assert dispatched == dict.fromkeys(["s", "e", *(f"b{i}" for i in range(6))], 1)
+
+
 def test_a_dag_only_runner_never_claims_state_machine_tasks(store: Store) -> None:
     calls: list[tuple[str, ...]] = []
     real_claim = store.claim
