@@ -31,7 +31,8 @@ from dataclasses import replace
 
 from ..core import dag_interpret as interpret
 from ..core.dag_interpret import DagDecision, LogView
-from ..core.store import DagApplied, DagSnapshot, InstanceRecord, Store
+from ..core.dag_vouch import blockers
+from ..core.store import Claim, DagApplied, DagSnapshot, InstanceRecord, Store
 from ..definition.dag_models import Graph
 
 CACHED_INSTANCES = 512
@@ -64,6 +65,25 @@ class Cached:
         """Whether another runner committed on the instance while this one worked on it
         (a lost CAS, or a commit that found the version moved): its plain completions
         then name their blockers (``dag_vouch.blockers``)."""
+
+    def first_try(self, node: str, claim: Claim) -> bool:
+        """Whether ``claim`` is the first try of a run of ``node`` the view holds
+        dispatched and nothing more: then the view, a prefix of the log (behind it,
+        maybe), holds everything the run reads (what came before its dispatch), outside
+        loops and delay nodes (whose timers the view may lack)."""
+        view, graph = self.view, self.graph
+        if view is None or graph is None or claim.task.attempt != 1 or view.tries.get(node, 0):
+            return False
+        if graph.scope[node] is not None or graph.nodes[node].type in ("loop", "delay"):
+            return False
+        run = view.run(node)
+        return run > 0 and view.completion(node, run) is None and (node, run) not in view.failed
+
+    def vouches(self, decision: DagDecision, state: DagSnapshot) -> bool:
+        """Whether open tasks vouch for ``decision``, made on this entry (``blockers``)."""
+        if self.graph is None or self.view is None:
+            return False
+        return bool(blockers(self.graph, self.view, decision, state.open_slots))
 
 
 class DagCache:

@@ -58,7 +58,7 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..core import dag_interpret as interpret
-from ..core.dag_interpret import Completion, DagDecision, LogView, NodeOutcome, TaskRetry
+from ..core.dag_interpret import DagDecision, LogView, NodeOutcome, TaskRetry
 from ..core.dag_vouch import blockers
 from ..core.store import Claim, DagCommit, DagSnapshot, Store
 from ..definition.dag_definition import ERROR_HANDLE
@@ -68,16 +68,16 @@ from ..definition.events import Ev, NewEvent, Status
 from ..definition.limits import check_payload
 from ..errors import ConcurrencyConflict, Fail, InputError, LeaseLost, StepFailure
 from . import observe
-from .dag_cache import Cached, DagCache
+from .dag_cache import DagCache
 from .dag_handlers import (
     ChildRunning,
     InternalError,
-    LoopState,
     NodeCall,
     NodeResult,
     Registry,
     run_handler,
 )
+from .dag_loops import iteration
 from .operations import STREAK, cancel_unless_ended, until_committed
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ class DagExecutor:
                 or claim.task.attempt > tried + 1
                 or (
                     (older or entry.behind)
-                    and not (entry.contended and _first_try(entry, node, claim))
+                    and not (entry.contended and entry.first_try(node, claim))
                 )
             ):
                 snap = self._cache.read(entry, instance_id)
@@ -199,7 +199,7 @@ class DagExecutor:
             terminal = status.terminal
             done = view.completion(node, run) is not None
             ctx = {} if terminal or done else view.context()
-            loop_state = None if terminal or done else _loop_state(graph, view, node, run)
+            loop_state = None if terminal or done else iteration(graph, view, node, run)
             timer = None if terminal or done else view.timers.get((node, run))
         taken: list[Claim] = []
         if timer is not None:
@@ -496,7 +496,7 @@ class DagExecutor:
                 if (
                     entry.behind
                     and state is entry.state
-                    and (decision is None or not _vouched(entry, view, decision, state))
+                    and (decision is None or not entry.vouches(decision, state))
                 ):
                     # Decided on a cache behind the log: only a decision its blockers vouch
                     # for may commit so. Anything else is decided again on a read.
@@ -566,72 +566,6 @@ class DagExecutor:
                     f"instance {instance_id} keeps changing under this runner"
                 ),
             )
-
-
-def _first_try(entry: Cached, node: str, claim: Claim) -> bool:
-    """Whether ``claim`` is the first try of a run of ``node`` the cached view holds
-    dispatched and nothing more: then the view, a prefix of the log (behind it, maybe),
-    holds everything the run reads (what came before its dispatch), outside loops."""
-    view, graph = entry.view, entry.graph
-    if view is None or graph is None or claim.task.attempt != 1 or view.tries.get(node, 0):
-        return False
-    if graph.scope[node] is not None or graph.nodes[node].type in ("loop", "delay"):
-        return False
-    run = view.run(node)
-    return run > 0 and view.completion(node, run) is None and (node, run) not in view.failed
-
-
-def _vouched(entry: Cached, view: LogView, decision: DagDecision, state: DagSnapshot) -> bool:
-    graph = entry.graph
-    return graph is not None and bool(blockers(graph, view, decision, state.open_slots))
-
-
-def _loop_state(graph: Graph, view: LogView, node: str, run: int) -> LoopState | None:
-    if graph.nodes[node].type != "loop":
-        return None
-    dispatched = view.dispatch(node, run)
-    if dispatched is None or dispatched.via != "back":
-        return LoopState(entry=True, previous=None, result=None)
-    prev = _completion(view, node, run - 1)
-    results = {}
-    for edge in graph.incoming[node]:
-        if graph.is_back(edge):
-            done = view.completions.get(edge.source, [])
-            results[edge.source] = done[-1].output if done else None
-    result = next(iter(results.values())) if len(results) == 1 else results
-    previous = prev.output if prev is not None and isinstance(prev.output, dict) else None
-    if previous is None:
-        return LoopState(entry=True, previous=None, result=result)
-    start = int(previous.get("start", run - 1))
-    first = previous if start == run - 1 else _output(_completion(view, node, start))
-    items = first.get("items")
-    items = items if isinstance(items, list) else None
-    gathered = None
-    if items is not None and int(previous.get("index", -1)) + 1 >= len(items):
-        # The round's last iteration has ended: gather each iteration's result, once.
-        if "results" in previous:  # a round begun by a version that logged them all
-            gathered = [*previous["results"], result]
-        else:
-            gathered = [
-                _output(c).get("result")
-                for c in view.completions.get(node, ())
-                if start < c.run < run
-            ]
-            gathered.append(result)
-    return LoopState(entry=False, previous=previous, result=result, items=items, results=gathered)
-
-
-def _completion(view: LogView, node: str, run: int) -> Completion | None:
-    """``view.completion`` with a fast path: a loop's runs are usually its list's order."""
-    done = view.completions.get(node, [])
-    if 0 < run <= len(done) and done[run - 1].run == run:
-        return done[run - 1]
-    return view.completion(node, run)
-
-
-def _output(completion: Completion | None) -> dict[str, Any]:
-    out = completion.output if completion is not None else None
-    return out if isinstance(out, dict) else {}
 
 
 def _error_info(node: str, exc: BaseException) -> dict[str, Any]:

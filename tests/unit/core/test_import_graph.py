@@ -72,6 +72,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "runtime.dag_executor",
         "runtime.dag_cache",
         "runtime.dag_handlers",
+        "runtime.dag_loops",
     ),
     # What producers and operators call.
     "client": (
