@@ -57,14 +57,14 @@ class Cached:
         self.state: DagSnapshot | None = None
         """The instance (its version, status and node tasks) the view is current for."""
         self.contended = False
+        """Whether another runner committed on the instance while this one worked on it
+        (a lost CAS, or a commit that found the version moved): its plain completions
+        then name their blockers (``dag_vouch.blockers``)."""
         self.behind = False
         """Whether this runner committed on the instance at a later version than the
         entry's (its blockers vouched): the view is still a prefix of the log but lacks
         the tail, this commit's events among it. Decisions its blockers vouch for may be
         made on it; anything else reads first (``DagExecutor._commit_loop``)."""
-        """Whether another runner committed on the instance while this one worked on it
-        (a lost CAS, or a commit that found the version moved): its plain completions
-        then name their blockers (``dag_vouch.blockers``)."""
 
     def first_try(self, node: str, claim: Claim) -> bool:
         """Whether ``claim`` is the first try of a run of ``node`` the view holds
