@@ -83,6 +83,8 @@ class _Counted:
         store.claim = counted_claim
         if hasattr(store, "_send_continues"):  # PostgreSQL's group commit (stores/_pggroup.py)
             self._count_groups(timed)
+        if hasattr(store, "_one"):  # PostgreSQL's reads by text (dag_snapshot): calls only
+            self._count_reads(store)
         wakeup.nudge, wakeup.wait = counted_nudge, counted_wait
         keep = wakeup.keep
 
@@ -113,6 +115,25 @@ class _Counted:
 
         counted.__wrapped__ = execute  # type: ignore[attr-defined]
         group.execute = counted
+
+    def _count_reads(self, store: Any) -> None:
+        """Count the named queries PostgreSQL runs by their text (``_one``, ``_all``: the
+        DAG snapshot among them), calls only: they take no connection argument."""
+        from statemachine_wf.stores._pgconn import Q
+
+        names = {text: name for name, text in Q.items()}
+
+        def counting(call: Any) -> Any:
+            def counted(query: str, params: Any) -> Any:
+                name = names.get(query)
+                if name is not None:
+                    with self._lock:
+                        self.calls[name][0] += 1
+                return call(query, params)
+
+            return counted
+
+        store._one, store._all = counting(store._one), counting(store._all)
 
     def _count(self, what: str) -> None:
         with self._lock:
