@@ -648,14 +648,28 @@ RETURNING *, true AS leased;
 -- name: heartbeat
 -- %(mine)s: the lease-token prefix of the beating runner's incarnation (NULL: any), so a
 -- live runner never keeps a dead twin's leases (same worker id) alive.
-UPDATE wf_tasks SET due_at = now() + %(lease)s * interval '1 second'
-WHERE lease_owner = %(worker)s AND due_at > now()
-  AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text);
+-- SKIP LOCKED: a heartbeat never waits for a row lock. It locks many of the runner's task
+-- rows, in the order of the index it walks; a group commit (group_continue, apply_finish
+-- after group_head) locks several of them too, in the order of its batch. Two such
+-- statements that waited for each other's rows deadlocked: after deadlock_timeout (1 s)
+-- the server aborted one of them, and an aborted group handed every step it carried back
+-- to be run again (seen in CI: 11 reruns where at most 8 steps were in flight). A row
+-- skipped here is locked by a commit of its own step, which renews or ends the lease
+-- (apply_continue's rule), or by another runner's claim, which takes the lease over
+-- anyway; either way the next beat, a third of a lease later, finds it free.
+WITH held AS (
+    SELECT id FROM wf_tasks
+    WHERE lease_owner = %(worker)s AND due_at > now()
+      AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE wf_tasks t SET due_at = now() + %(lease)s * interval '1 second'
+FROM held WHERE t.id = held.id;
 
 -- name: heartbeat_logged
 -- The same extension, and a HEARTBEAT event for every claim already seen held at an
 -- earlier heartbeat whose last logged one is %(every)s seconds old (locked first, so the
--- decision to log and the extension see the same claim).
+-- decision to log and the extension see the same claim; SKIP LOCKED, as heartbeat says).
 WITH held AS (
     SELECT id,
            (heartbeat_at IS NOT NULL AND heartbeat_token IS NOT DISTINCT FROM lease_token
@@ -664,7 +678,7 @@ WITH held AS (
     FROM wf_tasks
     WHERE lease_owner = %(worker)s AND due_at > now()
     AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 ), ext AS (
     UPDATE wf_tasks t
     SET due_at = now() + %(lease)s * interval '1 second',
