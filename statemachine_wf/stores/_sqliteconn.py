@@ -17,6 +17,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
@@ -421,13 +422,44 @@ class SQLiteConnections(SqlStore):
                 version = conn.execute("PRAGMA data_version").fetchone()[0]
                 if version != seen:
                     seen = version
-                    self.nudge()
+                    self._foreign_commit()
                     self._live.publish_all()  # another process may have appended events
         except sqlite3.Error:
             log.exception("sqlite watcher stopped; workers fall back to their due-time sleeps")
         finally:
             self._watching.set()  # nobody waits for a watch that will not come
             conn.close()
+
+    def _foreign_commit(self) -> None:
+        """Another connection committed: wake a worker only if that may have made work due
+        before the threads asleep wake on their own.
+
+        Most commits of other processes make nothing due that anybody here waits for (a
+        step moving on under its own lease, a DAG node handed to the worker that committed
+        it, a heartbeat), and each one woke an idle worker here to claim in vain: a write
+        transaction, which every other writer waits for. A due time sooner than the
+        soonest sleeper of its types wakes, or an answer that cannot be read, still wakes
+        one. The read follows the data_version change, so it sees that commit and every
+        one before it; a later commit changes data_version again. A sleeper that wakes on
+        its own, before a due time that was not worth a wake-up, reads that due time again
+        and sleeps until it (the timer holder, runtime/idle.py). With nobody asleep the
+        nudge is remembered, as always: a worker between its claim and its sleep read its
+        due times before this commit, and its next wait returns at once.
+        """
+        sleeps = self._wakeup.sleeps()
+        if not sleeps:
+            self.nudge()
+            return
+        now = time.monotonic()
+        for types, until in sleeps.items():
+            try:
+                # A sleeper that claims every type (no types given) is always woken.
+                due = self.next_due(types=sorted(types)) if types else 0.0
+            except StoreError:
+                due = 0.0
+            if due is not None and due < until - now:
+                self._wakeup.nudge(types)
+                return
 
     # -- schema -----------------------------------------------------------------------
     def migrate(self, on_migration: Callable[[int, int], None] | None = None) -> int:

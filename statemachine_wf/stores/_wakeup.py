@@ -129,6 +129,16 @@ class Wakeup:
                 self._sleepers.remove(me)
             return False
 
+    def sleeps(self) -> dict[frozenset[str], float]:
+        """The threads asleep now, by the types they claim: for each set of types, the
+        soonest (monotonic) time one of them wakes on its own."""
+        with self._mutex:
+            soonest: dict[frozenset[str], float] = {}
+            for sleeper in self._sleepers:
+                until = soonest.get(sleeper.types, sleeper.until)
+                soonest[sleeper.types] = min(until, sleeper.until)
+            return soonest
+
     def nudge(self, topics: Collection[str] = ()) -> None:
         """Wake one sleeping worker, or the next one to sleep. With ``topics`` (the types
         the work is of), the first sleeper that claims one of them, if there is one: two

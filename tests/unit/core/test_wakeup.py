@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from typing import cast
 
+import pytest
+
 from statemachine_wf.core.store import Claim, Claimant
 from statemachine_wf.stores._wakeup import Wakeup
 
@@ -478,3 +480,25 @@ def test_a_typed_wake_up_with_only_other_types_asleep_is_kept_for_a_worker_of_it
     assert wakeup.wait(0.01, ["u.v1"]) is False  # not for u.v1
     assert wakeup.wait(30.0, ["t.v1"]) is True  # kept for t.v1: at once
     assert wakeup.wait(0.01, ["t.v1"]) is False  # once
+
+
+def test_sleeps_gives_the_soonest_wake_of_each_set_of_types() -> None:
+    wakeup = Wakeup()
+    assert wakeup.sleeps() == {}
+    threads = []
+    for types, sleep in ((("a",), 30.0), (("a",), 60.0), (("b", "c"), 45.0)):
+
+        def sleeper(types: tuple[str, ...] = types, sleep: float = sleep) -> None:
+            wakeup.wait(0.0, types)  # the first wait
+            wakeup.wait(sleep, types)
+
+        threads.append(threading.Thread(target=sleeper))
+        threads[-1].start()
+        _asleep(wakeup, len(threads))
+    sleeps = wakeup.sleeps()
+    assert set(sleeps) == {frozenset({"a"}), frozenset({"b", "c"})}
+    assert sleeps[frozenset({"b", "c"})] - sleeps[frozenset({"a"})] == pytest.approx(15, abs=5)
+    wakeup.wake_all()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert wakeup.sleeps() == {}
