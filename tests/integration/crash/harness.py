@@ -15,8 +15,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -70,6 +72,31 @@ def sql_scalar(sql: Any, query: str, *params: Any) -> Any:
     row = sql.execute(query, params).fetchone()
     assert row is not None
     return row[0]
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What a PostgreSQL crash test reads with: the store, the ledger, a SQL connection on
+    the test's schema, and ``scalar(query, *params)`` on that connection."""
+
+    store: Store
+    ledger: Ledger
+    sql: Any
+    scalar: Callable[..., Any]
+
+
+@contextmanager
+def opened(target: Target) -> Iterator[Opened]:
+    """The target's store, ledger and SQL connection, closed on the way out."""
+    store = target.open_store()
+    ledger = target.open_ledger()
+    sql = target.open_sql()
+    try:
+        yield Opened(store, ledger, sql, partial(sql_scalar, sql))
+    finally:
+        sql.close()
+        ledger.close()
+        store.close()
 
 
 def poll_until(

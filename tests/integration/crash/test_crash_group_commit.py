@@ -10,13 +10,12 @@ other. The decisions of several instances that one statement committed share its
 from __future__ import annotations
 
 import signal
-from functools import partial
 
 import pytest
 
 from statemachine_wf.client.machine import Client
 
-from .harness import Children, Target, assert_durable, poll_until, sql_scalar
+from .harness import Children, Target, assert_durable, opened, poll_until
 from .workflows import STEPS, Ledgered
 
 
@@ -27,11 +26,8 @@ def test_a_runner_killed_with_grouped_statements_in_flight_loses_nothing(
     pg_target: Target,
 ) -> None:
     n, threads = 300, 8
-    store = pg_target.open_store()
-    ledger = pg_target.open_ledger()
-    sql = pg_target.open_sql()
-    scalar = partial(sql_scalar, sql)
-    try:
+    with opened(pg_target) as o:
+        store, ledger, sql, scalar = o.store, o.ledger, o.sql, o.scalar
         with Children(pg_target) as kids:
             victim = kids.spawn(
                 "grp-victim", lease=2.0, concurrency=threads, kill="complete:before:150"
@@ -67,10 +63,6 @@ def test_a_runner_killed_with_grouped_statements_in_flight_loses_nothing(
         # Only the steps the victim held when it died ran again: at most one a thread.
         reruns = sum(c - 1 for c in ledger.runs().values())
         assert 1 <= reruns <= threads, f"{reruns} reruns; the victim held 1 to {threads} steps"
-    finally:
-        sql.close()
-        ledger.close()
-        store.close()
 
 
 @pytest.mark.postgres
@@ -82,11 +74,8 @@ def test_heartbeats_and_group_commits_never_deadlock(pg_target: Target) -> None:
     # lease of 0.15 s the heartbeat beats every 0.05 s; before the fix this run saw 2 to 5
     # deadlocks in about one run of two (the orders of the rows must differ to meet).
     n, threads = 1500, 8
-    store = pg_target.open_store()
-    ledger = pg_target.open_ledger()
-    sql = pg_target.open_sql()
-    scalar = partial(sql_scalar, sql)
-    try:
+    with opened(pg_target) as o:
+        store, ledger, scalar = o.store, o.ledger, o.scalar
         with Children(pg_target) as kids:
             runner = kids.spawn("beats", lease=0.15, concurrency=threads)
             client = Client(store)
@@ -108,7 +97,3 @@ def test_heartbeats_and_group_commits_never_deadlock(pg_target: Target) -> None:
         assert "deadlock" not in log.lower(), log
         assert "handing it back" not in log, log
         assert_durable(store, ledger, ids)
-    finally:
-        sql.close()
-        ledger.close()
-        store.close()

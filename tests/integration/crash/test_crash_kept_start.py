@@ -8,11 +8,10 @@ in its process")."""
 from __future__ import annotations
 
 import signal
-from functools import partial
 
 import pytest
 
-from .harness import Children, Target, assert_durable, poll_until, sql_scalar
+from .harness import Children, Target, assert_durable, opened, poll_until
 from .workflows import STEPS
 
 
@@ -20,11 +19,8 @@ from .workflows import STEPS
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_a_producer_killed_right_after_a_kept_start_loses_nothing(pg_target: Target) -> None:
-    store = pg_target.open_store()
-    ledger = pg_target.open_ledger()
-    sql = pg_target.open_sql()
-    scalar = partial(sql_scalar, sql)
-    try:
+    with opened(pg_target) as o:
+        store, ledger, sql, scalar = o.store, o.ledger, o.sql, o.scalar
         with Children(pg_target) as kids:
             bystander = kids.spawn("kept-bystander", lease=2.0, concurrency=2)
             # Starts its own instances, one every 20 ms, its two workers mostly idle:
@@ -71,7 +67,3 @@ def test_a_producer_killed_right_after_a_kept_start_loses_nothing(pg_target: Tar
         assert len(rows) == len(ids) * len(STEPS)
         assert not [r for r in rows if r[2] != 1], "a step completed twice"
         assert_durable(store, ledger, ids)  # verify() == {} and the ledger, per instance
-    finally:
-        sql.close()
-        ledger.close()
-        store.close()
