@@ -208,6 +208,17 @@ class Children:
         assert code == 0, f"exit status {code} after SIGTERM\n{self.log_tail(proc)}"
 
 
+def wait_completed(scalar: Callable[..., Any], n: int, *, what: str) -> None:
+    """Poll the target's database (``scalar``: see :class:`Opened`) until ``n`` instances
+    are COMPLETED; fail naming ``what`` after 120 s."""
+    poll_until(
+        lambda: scalar("SELECT count(*) FROM wf_instances WHERE status = 'COMPLETED'") == n,
+        timeout=120,
+        what=what,
+        interval=0.25,
+    )
+
+
 def count_completed(store: Store, ids: list[str]) -> int:
     done = 0
     for instance_id in ids:

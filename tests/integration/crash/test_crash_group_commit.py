@@ -10,12 +10,14 @@ other. The decisions of several instances that one statement committed share its
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from statemachine_wf.client.machine import Client
 
-from .harness import Children, Target, assert_durable, opened, poll_until
+from .harness import Children, Target, assert_durable, opened, wait_completed
 from .workflows import STEPS, Ledgered
 
 
@@ -37,20 +39,10 @@ def test_a_runner_killed_with_grouped_statements_in_flight_loses_nothing(
             assert kids.wait_exit(victim, 90, "the victim's kill") == -signal.SIGKILL
 
             # Several instances' completions in one statement: one transaction's now().
-            grouped = scalar(
-                "SELECT count(*) FROM (SELECT created_at FROM wf_events"
-                " WHERE worker = 'grp-victim' AND event_type = 'STEP_COMPLETED'"
-                " GROUP BY created_at HAVING count(DISTINCT instance_id) > 1) AS g"
-            )
-            assert grouped > 0, "the victim never grouped a statement"
+            assert _grouped(scalar, "grp-victim") > 0, "the victim never grouped a statement"
 
             heir = kids.spawn("grp-heir", lease=2.0, concurrency=threads)
-            poll_until(
-                lambda: scalar("SELECT count(*) FROM wf_instances WHERE status = 'COMPLETED'") == n,
-                timeout=120,
-                what=f"{n} instances after the victim's kill",
-                interval=0.25,
-            )
+            wait_completed(scalar, n, what=f"{n} instances after the victim's kill")
             kids.terminate(heir)
 
         rows = sql.execute(
@@ -80,20 +72,23 @@ def test_heartbeats_and_group_commits_never_deadlock(pg_target: Target) -> None:
             runner = kids.spawn("beats", lease=0.15, concurrency=threads)
             client = Client(store)
             ids = [client.start(Ledgered, {"n": i}) for i in range(n)]
-            poll_until(
-                lambda: scalar("SELECT count(*) FROM wf_instances WHERE status = 'COMPLETED'") == n,
-                timeout=120,
-                what=f"{n} instances",
-                interval=0.25,
-            )
-            grouped = scalar(
-                "SELECT count(*) FROM (SELECT created_at FROM wf_events"
-                " WHERE event_type = 'STEP_COMPLETED' GROUP BY created_at"
-                " HAVING count(DISTINCT instance_id) > 1) AS g"
-            )
-            assert grouped > 0, "the runner never grouped a statement"
+            wait_completed(scalar, n, what=f"{n} instances")
+            assert _grouped(scalar, "beats") > 0, "the runner never grouped a statement"
             kids.terminate(runner)
             log = kids.log_tail(runner, lines=1_000_000)
         assert "deadlock" not in log.lower(), log
         assert "handing it back" not in log, log
         assert_durable(store, ledger, ids)
+
+
+def _grouped(scalar: Callable[..., Any], worker: str) -> int:
+    """How many of ``worker``'s transactions completed steps of several instances: the
+    decisions one statement committed share its ``now()``."""
+    return int(
+        scalar(
+            "SELECT count(*) FROM (SELECT created_at FROM wf_events"
+            " WHERE worker = %s AND event_type = 'STEP_COMPLETED'"
+            " GROUP BY created_at HAVING count(DISTINCT instance_id) > 1) AS g",
+            worker,
+        )
+    )

@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from .harness import Children, Target, assert_durable, opened, poll_until
+from .harness import Children, Target, assert_durable, opened, wait_completed
 from .workflows import STEPS
 
 
@@ -35,14 +35,7 @@ def test_a_producer_killed_right_after_a_kept_start_loses_nothing(pg_target: Tar
             assert 3 <= made < 100  # the third leased start committed; the producer stopped
             # The last one made is the one the victim kept: nobody ran it before the kill.
             last = scalar("SELECT id::text FROM wf_instances ORDER BY created_at DESC LIMIT 1")
-            poll_until(
-                lambda: (
-                    scalar("SELECT count(*) FROM wf_instances WHERE status = 'COMPLETED'") == made
-                ),
-                timeout=120,
-                what=f"{made} instances after the victim's kill",
-                interval=0.25,
-            )
+            wait_completed(scalar, made, what=f"{made} instances after the victim's kill")
             ran_last = scalar(
                 "SELECT count(DISTINCT worker) FROM wf_events WHERE instance_id = %s"
                 " AND event_type = 'STEP_STARTED' AND worker = 'kept-bystander'",

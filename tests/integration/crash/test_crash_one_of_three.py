@@ -15,7 +15,7 @@ import pytest
 from statemachine_wf.client.machine import Client
 from statemachine_wf.definition.events import Ev
 
-from .harness import Children, Target, assert_durable, poll_until, sql_scalar
+from .harness import Children, Target, assert_durable, poll_until, sql_scalar, wait_completed
 from .workflows import STEPS, Ledgered
 
 
@@ -62,12 +62,7 @@ def test_one_of_three_runners_sigkilled_the_others_take_over(pg_target: Target) 
             )
             assert orphaned, "the victim held no lease when it died"
 
-            poll_until(
-                lambda: scalar("SELECT count(*) FROM wf_instances WHERE status = 'COMPLETED'") == n,
-                timeout=120,
-                what=f"{n} instances after node-a was killed",
-                interval=0.25,
-            )
+            wait_completed(scalar, n, what=f"{n} instances after node-a was killed")
             for w in ("node-b", "node-c"):
                 kids.terminate(procs[w])
 

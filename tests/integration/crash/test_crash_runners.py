@@ -21,7 +21,15 @@ from statemachine_wf.client.machine import Client
 from statemachine_wf.core.store import Store
 from statemachine_wf.definition.events import Ev
 
-from .harness import Children, Target, assert_durable, count_completed, poll_until, sql_scalar
+from .harness import (
+    Children,
+    Target,
+    assert_durable,
+    count_completed,
+    poll_until,
+    sql_scalar,
+    wait_completed,
+)
 from .workflows import STEPS, Ledgered
 
 
@@ -99,12 +107,7 @@ def test_four_runner_processes_on_postgres_complete_1000_instances_once(
             ]
             client = Client(store)
             ids = [client.start(Ledgered, {"n": i}) for i in range(n)]
-            poll_until(
-                lambda: scalar("SELECT count(*) FROM wf_instances WHERE status = 'COMPLETED'") == n,
-                timeout=120,
-                what=f"{n} instances on four Postgres runners",
-                interval=0.25,
-            )
+            wait_completed(scalar, n, what=f"{n} instances on four Postgres runners")
             for proc in procs[1:] if victim else procs:
                 kids.terminate(proc)
             if victim:
