@@ -29,7 +29,7 @@ from typing import Any
 
 from statemachine_wf.dag import DagBuilder, DagDefinition, Registry
 
-from . import core
+from . import core, targets
 
 WIDTH = 100
 DEPTH = 100
@@ -325,5 +325,9 @@ def table(rows: list[Row], s: Settings) -> str:
         f"cpus={os.cpu_count()}. vs step: nodes/s over the state-machine steps/s of the same "
         "store and process count.\ncpu ms/unit: runner processes (+ their postgres backends) "
         "CPU per node or step; busy: whole-machine CPU during the run, other tenants included."
+    )
+    lines.append("")
+    lines.append(
+        targets.render("The performance issue's DAG target, this run:", targets.dag_verdicts(rows))
     )
     return "\n".join(lines)
