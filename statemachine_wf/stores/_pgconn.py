@@ -95,7 +95,10 @@ def execute(
         args = [params[name] for name in names]
     except KeyError as missing:
         raise psycopg.ProgrammingError(f"query parameter missing: {missing.args[0]}") from None
-    return psycopg.RawCursor(conn, row_factory=conn.row_factory).execute(text, args)
+    # Prepared at the first call, not psycopg's fifth: each call before it was planned
+    # again (docs/architecture.md, "Statements planned once per connection").
+    cursor = psycopg.RawCursor(conn, row_factory=conn.row_factory)
+    return cursor.execute(text, args, prepare=True)
 
 
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -315,7 +318,10 @@ class PgConnections(SqlStore):
             kwargs={
                 "autocommit": True,
                 "row_factory": dict_row,
-                "options": f"-c search_path={schema} -c enable_seqscan=off",
+                # plan_cache_mode: a prepared statement's first plan is its generic one,
+                # where `auto` made five custom plans first (see `execute`).
+                "options": f"-c search_path={schema} -c enable_seqscan=off"
+                " -c plan_cache_mode=force_generic_plan",
             },
             configure=self._configured,
             open=False,

@@ -1,0 +1,74 @@
+"""The PostgreSQL store's statements are prepared on their first call and planned once.
+
+psycopg prepares a query only at its fifth execution on a connection, and PostgreSQL under
+``plan_cache_mode = auto`` then makes five custom plans before it settles on the generic
+one: eleven plannings of each statement on each connection, a millisecond and more apiece
+for the claim's CTEs. In a run of a thousand workflows that was a third of the server's
+CPU (bench/README.md, "Session 37"). The store's connections now prepare every named
+statement at its first call and run it with the generic plan (docs/architecture.md,
+"Statements planned once per connection"). ``pg_prepared_statements`` counts each
+statement's plans on the connection that ran it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from statemachine_wf import COMPLETED, Client, Runner, RunnerOptions, StepContext, Workflow, step
+from statemachine_wf.stores.postgres import PostgresStore
+
+
+class In(BaseModel):
+    n: int = 0
+
+
+class Pr(BaseModel):
+    pass
+
+
+class Twice(Workflow[In, Pr]):
+    workflow_type = "t.planned.v1"
+
+    @step(initial=True, to="second")
+    def first(self, ctx: StepContext[In, Pr]) -> None:
+        pass
+
+    @step(to=COMPLETED)
+    def second(self, ctx: StepContext[In, Pr]) -> None:
+        pass
+
+
+def _plans(store: PostgresStore) -> list[dict[str, Any]]:
+    with store._reading() as conn:
+        rows = conn.execute(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+        ).fetchall()
+    return list(rows)
+
+
+def test_every_statement_is_prepared_at_its_first_call_and_never_custom_planned(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    # One connection, so every statement the runner and the client sent is on it.
+    store = PostgresStore(pg_dsn, schema=pg_schema, pool_size=1)
+    try:
+        store.migrate()
+        client = Client(store, [Twice])
+        ids = [client.start(Twice, In(n=i)) for i in range(3)]
+        runner = Runner(store, [Twice], options=RunnerOptions(concurrency=1))
+        runner.run_until_idle(timeout=30)
+        assert [client.get(i).status for i in ids] == ["COMPLETED"] * 3
+        plans = _plans(store)
+    finally:
+        store.close()
+    texts = " ".join(p["statement"] for p in plans)
+    # A create and a claim ran three times at most, a read once per instance: prepared
+    # all the same (psycopg's own threshold is five calls).
+    assert "INSERT INTO wf_instances" in texts, texts[:2000]
+    assert "swf_pick" in texts, texts[:2000]
+    assert plans
+    custom = [(p["statement"][:120], p["custom_plans"]) for p in plans if p["custom_plans"]]
+    assert custom == [], custom
+    assert all(p["generic_plans"] >= 1 for p in plans), plans
