@@ -44,6 +44,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ._pglive import LiveListener, live_channel  # needs psycopg: after the check above
+from ._pgprepare import run_prepared
 
 log = logging.getLogger("statemachine_wf.postgres")
 # Sent without their whole-line comments: fewer bytes on the wire and in the server's
@@ -97,8 +98,7 @@ def execute(
         raise psycopg.ProgrammingError(f"query parameter missing: {missing.args[0]}") from None
     # Prepared at the first call, not psycopg's fifth: each call before it was planned
     # again (docs/architecture.md, "Statements planned once per connection").
-    cursor = psycopg.RawCursor(conn, row_factory=conn.row_factory)
-    return cursor.execute(text, args, prepare=True)
+    return run_prepared(conn, text, args)
 
 
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")

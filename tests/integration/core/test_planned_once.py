@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+import pytest
+from psycopg import sql as psql
 from pydantic import BaseModel
 
 from statemachine_wf import COMPLETED, Client, Runner, RunnerOptions, StepContext, Workflow, step
@@ -72,3 +75,56 @@ def test_every_statement_is_prepared_at_its_first_call_and_never_custom_planned(
     custom = [(p["statement"][:120], p["custom_plans"]) for p in plans if p["custom_plans"]]
     assert custom == [], custom
     assert all(p["generic_plans"] >= 1 for p in plans), plans
+
+
+def _add_column(pg_dsn: str, pg_schema: str, table: str) -> None:
+    """Another process's migration: a column more on ``table``."""
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        admin.execute(
+            psql.SQL("ALTER TABLE {}.{} ADD COLUMN upgraded integer").format(
+                psql.Identifier(pg_schema), psql.Identifier(table)
+            )
+        )
+
+
+def test_a_statement_prepared_before_another_process_adds_a_column_is_prepared_again(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    store = PostgresStore(pg_dsn, schema=pg_schema, pool_size=1)
+    try:
+        store.migrate()
+        client = Client(store, [Twice])
+        instance_id = client.start(Twice, In(n=1))
+        assert store.get(instance_id) is not None  # get_instance: SELECT * FROM wf_instances
+        _add_column(pg_dsn, pg_schema, "wf_instances")
+        # PostgreSQL refuses the prepared statement now ("cached plan must not change
+        # result type"); the store drops its statements and runs it prepared afresh.
+        record = store.get(instance_id)
+        assert record is not None
+        assert record.id == instance_id
+        Runner(store, [Twice], options=RunnerOptions(concurrency=1)).run_until_idle(timeout=30)
+        assert client.get(instance_id).status == "COMPLETED"
+    finally:
+        store.close()
+
+
+def test_inside_a_transaction_the_statement_fails_once_and_the_next_call_prepares_afresh(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    from statemachine_wf.stores._pgconn import execute
+
+    with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={pg_schema}") as conn:
+        conn.execute(psql.SQL("CREATE SCHEMA {}").format(psql.Identifier(pg_schema)))
+        conn.execute("CREATE TABLE t (id integer PRIMARY KEY, v integer)")
+        conn.execute("INSERT INTO t VALUES (1, 10)")
+        query = "SELECT * FROM t WHERE id = %(id)s"
+        assert execute(conn, query, {"id": 1}).fetchall() == [(1, 10)]
+        _add_column(pg_dsn, pg_schema, "t")
+        # The transaction is lost with the statement (nothing more can run in it); psycopg,
+        # rolling it back, drops the connection's prepared statements, so the next call
+        # prepares afresh.
+        with pytest.raises(psycopg.errors.FeatureNotSupported), conn.transaction():
+            execute(conn, query, {"id": 1})
+        with conn.transaction():
+            assert execute(conn, query, {"id": 1}).fetchall() == [(1, 10, None)]
+        assert execute(conn, query, {"id": 1}).fetchall() == [(1, 10, None)]
