@@ -84,11 +84,7 @@ def core_verdicts(results: Sequence[Any]) -> list[Verdict]:
         swf = _row(results, store, "swf", procs, e2e)
         raw = _row(results, store, "raw", procs, False)
         label = f"{what.format(n=swf.procs if swf else 'N')} >= {goal:.2f}"
-        if swf is None or raw is None or raw.steps_per_s <= 0:
-            out.append(Verdict(label, "not measured", None))
-            continue
-        ratio = swf.steps_per_s / raw.steps_per_s
-        out.append(Verdict(label, f"{ratio:.2f}", ratio >= goal))
+        out.append(_rate_ratio(label, swf, raw, goal, "{:.2f}"))
     for procs in (1, None):
         swf = _row(results, "pg", "swf", procs, False)
         raw = _row(results, "pg", "raw", procs, False)
@@ -108,12 +104,16 @@ def core_verdicts(results: Sequence[Any]) -> list[Verdict]:
         swf = _row(results, "pg", "swf", 1, e2e)
         kind = "end to end" if e2e else "pre-created"
         label = f"PostgreSQL 1p {kind} vs DBOS >= {DBOS_RATIO:.0f}x"
-        if swf is None or dbos is None or dbos.steps_per_s <= 0:
-            out.append(Verdict(label, "not measured", None))
-            continue
-        ratio = swf.steps_per_s / dbos.steps_per_s
-        out.append(Verdict(label, f"{ratio:.1f}x", ratio >= DBOS_RATIO))
+        out.append(_rate_ratio(label, swf, dbos, DBOS_RATIO, "{:.1f}x"))
     return out
+
+
+def _rate_ratio(label: str, row: Any, base: Any, goal: float, shown: str) -> Verdict:
+    """``row``'s steps/s over ``base``'s, at least ``goal``; not measured without both."""
+    if row is None or base is None or base.steps_per_s <= 0:
+        return Verdict(label, "not measured", None)
+    ratio = row.steps_per_s / base.steps_per_s
+    return Verdict(label, shown.format(ratio), ratio >= goal)
 
 
 def latency(results: Sequence[Any]) -> Verdict:

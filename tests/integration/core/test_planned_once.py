@@ -12,6 +12,7 @@ statement's plans on the connection that ran it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -51,21 +52,27 @@ def _plans(store: PostgresStore) -> list[dict[str, Any]]:
     return list(rows)
 
 
-def test_every_statement_is_prepared_at_its_first_call_and_never_custom_planned(
-    pg_dsn: str, pg_schema: str
-) -> None:
-    # One connection, so every statement the runner and the client sent is on it.
+@pytest.fixture
+def one_connection(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
+    """A store of one pooled connection: every statement its callers send is on it."""
     store = PostgresStore(pg_dsn, schema=pg_schema, pool_size=1)
-    try:
-        store.migrate()
-        client = Client(store, [Twice])
-        ids = [client.start(Twice, In(n=i)) for i in range(3)]
-        runner = Runner(store, [Twice], options=RunnerOptions(concurrency=1))
-        runner.run_until_idle(timeout=30)
-        assert [client.get(i).status for i in ids] == ["COMPLETED"] * 3
-        plans = _plans(store)
-    finally:
-        store.close()
+    store.migrate()
+    yield store
+    store.close()
+
+
+def _run(store: PostgresStore) -> None:
+    Runner(store, [Twice], options=RunnerOptions(concurrency=1)).run_until_idle(timeout=30)
+
+
+def test_every_statement_is_prepared_at_its_first_call_and_never_custom_planned(
+    one_connection: PostgresStore,
+) -> None:
+    client = Client(one_connection, [Twice])
+    ids = [client.start(Twice, In(n=i)) for i in range(3)]
+    _run(one_connection)
+    assert [client.get(i).status for i in ids] == ["COMPLETED"] * 3
+    plans = _plans(one_connection)
     texts = " ".join(p["statement"] for p in plans)
     # A create and a claim ran three times at most, a read once per instance: prepared
     # all the same (psycopg's own threshold is five calls).
@@ -88,24 +95,19 @@ def _add_column(pg_dsn: str, pg_schema: str, table: str) -> None:
 
 
 def test_a_statement_prepared_before_another_process_adds_a_column_is_prepared_again(
-    pg_dsn: str, pg_schema: str
+    one_connection: PostgresStore, pg_dsn: str, pg_schema: str
 ) -> None:
-    store = PostgresStore(pg_dsn, schema=pg_schema, pool_size=1)
-    try:
-        store.migrate()
-        client = Client(store, [Twice])
-        instance_id = client.start(Twice, In(n=1))
-        assert store.get(instance_id) is not None  # get_instance: SELECT * FROM wf_instances
-        _add_column(pg_dsn, pg_schema, "wf_instances")
-        # PostgreSQL refuses the prepared statement now ("cached plan must not change
-        # result type"); the store drops its statements and runs it prepared afresh.
-        record = store.get(instance_id)
-        assert record is not None
-        assert record.id == instance_id
-        Runner(store, [Twice], options=RunnerOptions(concurrency=1)).run_until_idle(timeout=30)
-        assert client.get(instance_id).status == "COMPLETED"
-    finally:
-        store.close()
+    client = Client(one_connection, [Twice])
+    instance_id = client.start(Twice, In(n=1))
+    assert one_connection.get(instance_id) is not None  # SELECT * FROM wf_instances
+    _add_column(pg_dsn, pg_schema, "wf_instances")
+    # PostgreSQL refuses the prepared statement now ("cached plan must not change result
+    # type"); the store drops its statements and runs it prepared afresh.
+    record = one_connection.get(instance_id)
+    assert record is not None
+    assert record.id == instance_id
+    _run(one_connection)
+    assert client.get(instance_id).status == "COMPLETED"
 
 
 def test_inside_a_transaction_the_statement_fails_once_and_the_next_call_prepares_afresh(
