@@ -16,8 +16,6 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-_STALE = "cached plan must not change result type"
-
 
 def run_prepared(
     conn: psycopg.Connection[Any], text: bytes, args: list[Any]
@@ -25,10 +23,13 @@ def run_prepared(
     """Run ``text`` (``$n`` placeholders) with ``args`` as a statement prepared on ``conn``."""
     try:
         return _run(conn, text, args)
-    except psycopg.errors.FeatureNotSupported as exc:
-        # In a transaction the error has aborted it: the caller's transaction fails and is
-        # retried whole, and psycopg, rolling it back, drops every statement it prepared.
-        if _STALE not in str(exc) or conn.info.transaction_status != TransactionStatus.IDLE:
+    except psycopg.errors.FeatureNotSupported:
+        # Told by its SQLSTATE (0A000), not its text, which follows the server's
+        # lc_messages: another refusal of that class fails again on the retry, and is
+        # raised then. In a transaction the error has aborted it: the caller's transaction
+        # fails and is retried whole, and psycopg, rolling it back, drops every statement
+        # it prepared.
+        if conn.info.transaction_status != TransactionStatus.IDLE:
             raise
     # Alone (autocommit): drop them here (psycopg, seeing the command go through, forgets
     # its own names of them) and run this one again, prepared afresh.
