@@ -320,16 +320,24 @@ SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS liv
     SELECT w.key FROM wf_lock_waiters w, inst
     WHERE w.instance_id = inst.id AND NOT EXISTS (SELECT 1 FROM wf_locks l WHERE l.key = w.key)
 ), woke AS (
+    -- The waiters' task rows are locked in id order (the sub-select's FOR UPDATE, above
+    -- its sort), not in the order the plan meets them: two statements that wake the same
+    -- two instances (queued on two keys at once) then never hold one row each while
+    -- waiting for the other's (tests/integration/core/test_wake_lock_order.py).
     UPDATE wf_tasks SET due_at = now()
     WHERE lease_owner IS NULL
-      AND instance_id IN (
-          SELECT DISTINCT ON (w.key) w.instance_id
-          FROM wf_lock_waiters w JOIN freed ON freed.key = w.key
-          -- None of the instances that end here (one, or a group's: stores/_pggroup.py).
-          WHERE w.instance_id NOT IN (SELECT id FROM inst)
-            AND EXISTS (SELECT 1 FROM wf_tasks t
-                        WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
-          ORDER BY w.key, w.since, w.instance_id)
+      AND id IN (
+          SELECT t.id FROM wf_tasks t
+          WHERE t.lease_owner IS NULL
+            AND t.instance_id IN (
+                SELECT DISTINCT ON (w.key) w.instance_id
+                FROM wf_lock_waiters w JOIN freed ON freed.key = w.key
+                -- None of the instances that end here (one, or a group's: _pggroup.py).
+                WHERE w.instance_id NOT IN (SELECT id FROM inst)
+                  AND EXISTS (SELECT 1 FROM wf_tasks t
+                              WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
+                ORDER BY w.key, w.since, w.instance_id)
+          ORDER BY t.id FOR UPDATE)
     RETURNING id
 ), parent AS (
     -- A sub-workflow that ends makes its parent's waiting node task due, in this commit.
@@ -846,14 +854,19 @@ WITH rel AS (
     DELETE FROM wf_locks WHERE holder = %(id)s AND (%(key)s::text IS NULL OR key = %(key)s)
     RETURNING key
 ), woke AS (
+    -- Task rows locked in id order, as apply_finish's `woke` does, and for its reason.
     UPDATE wf_tasks SET due_at = now()
     WHERE lease_owner IS NULL
-      AND instance_id IN (
-          SELECT DISTINCT ON (w.key) w.instance_id
-          FROM wf_lock_waiters w JOIN rel ON rel.key = w.key
-          WHERE EXISTS (SELECT 1 FROM wf_tasks t
-                        WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
-          ORDER BY w.key, w.since, w.instance_id)
+      AND id IN (
+          SELECT t.id FROM wf_tasks t
+          WHERE t.lease_owner IS NULL
+            AND t.instance_id IN (
+                SELECT DISTINCT ON (w.key) w.instance_id
+                FROM wf_lock_waiters w JOIN rel ON rel.key = w.key
+                WHERE EXISTS (SELECT 1 FROM wf_tasks t
+                              WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
+                ORDER BY w.key, w.since, w.instance_id)
+          ORDER BY t.id FOR UPDATE)
     RETURNING instance_id
 )
 SELECT (SELECT count(*) FROM rel) AS released, (SELECT count(*) FROM woke) AS woken,
@@ -878,9 +891,13 @@ WHERE (%(pattern)s::text IS NULL OR w.key LIKE %(pattern)s)
 ORDER BY w.key, w.since, w.instance_id;
 
 -- name: wake_instances
+-- Task rows locked in id order, as apply_finish's `woke` does, and for its reason.
 WITH woke AS (
     UPDATE wf_tasks SET due_at = now()
-    WHERE instance_id = ANY(%(ids)s) AND lease_owner IS NULL
+    WHERE lease_owner IS NULL
+      AND id IN (SELECT id FROM wf_tasks
+                 WHERE instance_id = ANY(%(ids)s) AND lease_owner IS NULL
+                 ORDER BY id FOR UPDATE)
     RETURNING instance_id
 )
 SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify(%(channel)s, 'wake') END FROM woke;
