@@ -344,10 +344,13 @@ SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS liv
     -- The row is matched whatever its lease (so a parent parking it right now is waited
     -- for, then woken) and left as it is while a runner holds it: that runner re-reads
     -- the child after parking (docs/architecture.md, "Sub-workflows").
+    -- The parents' rows are locked in id order, as `woke` locks its rows: a group of
+    -- children of several parents would otherwise lock them in its batch's order.
     UPDATE wf_tasks t
     SET due_at = CASE WHEN t.lease_owner IS NULL THEN now() ELSE t.due_at END
-    FROM inst
-    WHERE t.instance_id = inst.parent_id AND t.slot = inst.parent_node
+    WHERE t.id IN (SELECT p.id FROM wf_tasks p JOIN inst
+                   ON p.instance_id = inst.parent_id AND p.slot = inst.parent_node
+                   ORDER BY p.id FOR UPDATE OF p)
     RETURNING t.lease_owner IS NULL AS due
 ), done AS (
     -- Notify only when this commit made another task due: NOTIFY takes a database-wide

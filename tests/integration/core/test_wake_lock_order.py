@@ -4,9 +4,9 @@ A release of several keys (``release_locks``, or an instance's end in ``apply_fi
 makes one waiter's task due per key: an UPDATE of several ``wf_tasks`` rows, each locked in
 turn. Locked in whatever order the plan scans them, two such statements could each hold a
 row the other waits for (an instance queued on two keys at once, released by two
-holders): the server then aborts one of them after ``deadlock_timeout``. Both now lock the
-rows in the order of their id first, as the heartbeat and the claim walk theirs in index
-order.
+holders): the server then aborts one of them after ``deadlock_timeout``. A group of ending
+children wakes their parents' node tasks the same way, in the order of its batch. They
+all lock the rows in the order of their id first now.
 
 The test holds the lower row, lets the statement run into it, and then asks for the
 higher row without waiting: in id order the statement has not touched it yet. The higher
@@ -28,7 +28,8 @@ import pytest
 from statemachine_wf.core import decide
 from statemachine_wf.core.store import Commit, NewInstance
 from statemachine_wf.stores.postgres import PostgresStore
-from tests.contract.helpers import TYPE, started
+from tests.contract import test_dag_runs as dag_runs
+from tests.contract.helpers import TYPE, claim_one, started
 from tests.integration.core.test_store_contract import new
 
 
@@ -148,4 +149,35 @@ def test_an_ending_holder_locks_the_waiters_task_rows_in_id_order(
     free = _run_into_held_row(pg_dsn, pg_schema, low, high, finish)
     assert free, "the finish locked the higher task row before the lower one"
     assert (pg_store.lock_holder("k1"), pg_store.lock_holder("k2")) == (None, None)
+    assert _woken(pg_dsn, pg_schema, (low, high))
+
+
+def test_a_group_of_ending_children_locks_their_parents_task_rows_in_id_order(
+    pg_store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    # Two DAG parents, each waiting at its node "s" (a sub-workflow's node), and a child
+    # of each; the group ends the higher parent's child first, as its batch came.
+    low, high = dag_runs.start(pg_store)[0], dag_runs.start(pg_store)[0]
+    with _connect(pg_dsn, pg_schema) as conn:  # the lower parent's row behind the higher's
+        conn.execute("UPDATE wf_tasks SET due_at = due_at WHERE instance_id = %s", (low,))
+        conn.commit()
+    ended = []
+    for parent in (high, low):
+        child = NewInstance(
+            str(uuid.uuid4()), TYPE, {"n": 1}, "first", parent_id=parent, parent_node="s"
+        )
+        pg_store.create(child)
+        claim = claim_one(pg_store)
+        assert claim.instance.id == child.id
+        d = decide.cancel(claim.instance.projection(in_flight=True), leased=False)
+        ended.append(Commit(child.id, claim.instance.version, d, "w"))
+    items = [pg_store._finish_item(c, (TYPE,), 300.0, "") for c in ended]
+
+    def finish() -> object:
+        outcomes = pg_store._send_finishes(items)
+        assert not any(isinstance(o, BaseException) for o in outcomes), outcomes
+        return outcomes
+
+    free = _run_into_held_row(pg_dsn, pg_schema, low, high, finish)
+    assert free, "the group locked the higher parent's task row before the lower one"
     assert _woken(pg_dsn, pg_schema, (low, high))
