@@ -13,40 +13,21 @@ transaction waits 30 s before it looks for a cycle, so it is never the victim).
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
-import psycopg
+from collections.abc import Callable
 
 from statemachine_wf import Status
 from statemachine_wf.core import decide
 from statemachine_wf.core.store import Claim, Commit
 from statemachine_wf.stores.postgres import PostgresStore
 from tests.contract.helpers import started
+from tests.integration.core.row_locks import blocked_by, connect
 from tests.integration.core.test_group_commit import ended, finishing
 from tests.unit.core.workflows import ThreeSteps
 
 
-@contextmanager
-def _connect(dsn: str, schema: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(dsn, options=f"-c search_path={schema}") as conn:
-        yield conn
-
-
 def _wait_blocked(dsn: str, schema: str, holder_pid: int) -> None:
-    deadline = time.monotonic() + 20
-    with _connect(dsn, schema) as conn:
-        conn.autocommit = True
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                (holder_pid,),
-            ).fetchone()
-            if row is not None and row[0] > 0:
-                return
-            time.sleep(0.02)
-    raise AssertionError("the decision's statement never waited for the held row")
+    if not blocked_by(dsn, schema, holder_pid):
+        raise AssertionError("the decision's statement never waited for the held row")
 
 
 def _deadlocked(
@@ -63,7 +44,7 @@ def _deadlocked(
         except Exception as exc:
             outcome.append(exc)
 
-    with _connect(dsn, schema) as other:
+    with connect(dsn, schema) as other:
         other.execute("SET LOCAL deadlock_timeout = '30s'")
         key = "id" if held[0] == "wf_instances" else "instance_id"
         other.execute(f"SELECT 1 FROM {held[0]} WHERE {key} = %s FOR UPDATE", (held[1],))

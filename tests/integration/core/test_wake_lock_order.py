@@ -17,10 +17,8 @@ plan of the old statements met it.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -30,6 +28,7 @@ from statemachine_wf.core.store import Commit, NewInstance
 from statemachine_wf.stores.postgres import PostgresStore
 from tests.contract import test_dag_runs as dag_runs
 from tests.contract.helpers import TYPE, claim_one, started
+from tests.integration.core.row_locks import blocked_by, connect
 from tests.integration.core.test_store_contract import new
 
 
@@ -45,7 +44,7 @@ def _waiters(store: PostgresStore, dsn: str, schema: str, holder: str) -> tuple[
         assert store.acquire_lock(key, holder) == holder
     assert store.acquire_lock("k1", high) == holder
     assert store.acquire_lock("k2", low) == holder
-    with _connect(dsn, schema) as conn:
+    with connect(dsn, schema) as conn:
         # The lower row's new version lies behind the higher one: a scan meets high first.
         conn.execute("UPDATE wf_tasks SET due_at = due_at WHERE instance_id = %s", (low,))
         conn.commit()
@@ -63,40 +62,18 @@ def _parked(store: PostgresStore, prefix: str) -> str:
     return instance_id
 
 
-@contextmanager
-def _connect(dsn: str, schema: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(dsn, options=f"-c search_path={schema}") as conn:
-        yield conn
-
-
-def _blocked(dsn: str, schema: str, holder_pid: int, timeout: float = 20.0) -> bool:
-    """Has a backend begun to wait for a lock the backend ``holder_pid`` holds?"""
-    deadline = time.monotonic() + timeout
-    with _connect(dsn, schema) as conn:
-        conn.autocommit = True
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
-                (holder_pid,),
-            ).fetchone()
-            if row is not None and row[0] > 0:
-                return True
-            time.sleep(0.02)
-    return False
-
-
 def _run_into_held_row(
     dsn: str, schema: str, low: str, high: str, release: Callable[[], object]
 ) -> bool:
     """Run ``release`` while ``low``'s task row is held; could ``high``'s be taken meanwhile?"""
     outcome: list[object] = []
-    with _connect(dsn, schema) as holding:
+    with connect(dsn, schema) as holding:
         holding.execute("SELECT 1 FROM wf_tasks WHERE instance_id = %s FOR UPDATE", (low,))
         runner = threading.Thread(target=lambda: outcome.append(release()), daemon=True)
         runner.start()
-        waiting = _blocked(dsn, schema, holding.info.backend_pid)
+        waiting = blocked_by(dsn, schema, holding.info.backend_pid)
         assert waiting, "the statement never waited for the held row"
-        with _connect(dsn, schema) as probe:
+        with connect(dsn, schema) as probe:
             try:
                 probe.execute(
                     "SELECT 1 FROM wf_tasks WHERE instance_id = %s FOR UPDATE NOWAIT", (high,)
@@ -113,7 +90,7 @@ def _run_into_held_row(
 
 
 def _woken(dsn: str, schema: str, ids: tuple[str, str]) -> bool:
-    with _connect(dsn, schema) as conn:
+    with connect(dsn, schema) as conn:
         row = conn.execute(
             "SELECT bool_and(due_at <= now()) FROM wf_tasks WHERE instance_id = ANY(%s::uuid[])",
             (list(ids),),
@@ -158,7 +135,7 @@ def test_a_group_of_ending_children_locks_their_parents_task_rows_in_id_order(
     # Two DAG parents, each waiting at its node "s" (a sub-workflow's node), and a child
     # of each; the group ends the higher parent's child first, as its batch came.
     low, high = dag_runs.start(pg_store)[0], dag_runs.start(pg_store)[0]
-    with _connect(pg_dsn, pg_schema) as conn:  # the lower parent's row behind the higher's
+    with connect(pg_dsn, pg_schema) as conn:  # the lower parent's row behind the higher's
         conn.execute("UPDATE wf_tasks SET due_at = due_at WHERE instance_id = %s", (low,))
         conn.commit()
     ended = []
