@@ -100,7 +100,8 @@ def open_store(spec: dict[str, Any]) -> Any:
         dsn = spec["dsn"]
         if spec.get("app"):
             dsn = with_app(dsn, spec["app"])
-        return PostgresStore(dsn, schema=spec["schema"], pool_size=spec.get("concurrency", 8) + 4)
+        # The library's default pool (DEFAULT_POOL_SIZE), as a user's runner has it.
+        return PostgresStore(dsn, schema=spec["schema"])
     from statemachine_wf.stores.sqlite import SQLiteStore
 
     return SQLiteStore(spec["path"])
@@ -111,7 +112,7 @@ def warm_pool(store: Any, k: int) -> None:
     pool = getattr(store, "_pool", None)
     if pool is None:
         return
-    conns = [pool.getconn(timeout=30) for _ in range(k)]
+    conns = [pool.getconn(timeout=30) for _ in range(min(k, pool.max_size))]
     for conn in conns:
         pool.putconn(conn)
 

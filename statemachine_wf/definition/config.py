@@ -16,6 +16,13 @@ from typing import Any
 
 DEFAULT_URL = "sqlite:///statemachine_wf.db"
 DEFAULT_SCHEMA = "public"
+# Connections a PostgreSQL store's pool opens at most, per process. Few on purpose: a
+# worker thread holds one only for a store call, and the runner's threads share their
+# statements (group commit), so a runner of 8 threads keeps 3-4 busy. More connections
+# than that made more backends than the server has cores: 4 runner processes of 8 threads
+# on 2 cores went from 0.52 of raw SQL's step rate with 12 connections each to 0.71 with 3
+# (bench/README.md, "Session 38"; docs/architecture.md, "Connections").
+DEFAULT_POOL_SIZE = 4
 DEFAULT_MAX_DAG_BYTES = 2 * 1024 * 1024
 DEFAULT_MAX_DAG_NODES = 10_000
 DEFAULT_DASHBOARD_SESSION_MAX_AGE = 12 * 3600.0
@@ -69,7 +76,7 @@ class Config:
     deps: str | None = None
     dag_registry: str | None = None
     max_payload_bytes: int | None = None
-    pool_size: int = 16
+    pool_size: int = DEFAULT_POOL_SIZE
     pool_timeout: float = 30.0
     reconnect_interval: float = 0.5
     max_dag_bytes: int = DEFAULT_MAX_DAG_BYTES
@@ -127,7 +134,7 @@ class Config:
                 deps=env.get("SWF_DEPS") or None,
                 dag_registry=env.get("SWF_DAG_REGISTRY") or None,
                 max_payload_bytes=cls.payload_limit_from_env(env),
-                pool_size=int(env.get("SWF_PG_POOL_SIZE", "16")),
+                pool_size=int(env.get("SWF_PG_POOL_SIZE", str(DEFAULT_POOL_SIZE))),
                 pool_timeout=float(env.get("SWF_PG_POOL_TIMEOUT", "30")),
                 reconnect_interval=float(env.get("SWF_PG_RECONNECT_INTERVAL", "0.5")),
                 max_dag_bytes=cls.dag_limit_from_env("SWF_MAX_DAG_BYTES", env),

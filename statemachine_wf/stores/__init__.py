@@ -31,7 +31,7 @@ def open_store(url: str | None = None, *, schema: str | None = None, **options: 
             ``statemachine-wf --schema`` is, so a producer and a CLI worker started with
             the same environment use the same tables). An explicit value wins. Only for
             PostgreSQL.
-        options: passed to the store (``PostgresStore(pool_size=16, listen=True)``).
+        options: passed to the store (``PostgresStore(pool_size=4, listen=True)``).
 
     Raises:
         ValueError: an unsupported or malformed URL, or ``schema`` given for SQLite. The

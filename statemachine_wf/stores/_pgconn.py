@@ -24,6 +24,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 from ..core.store import Claim
+from ..definition.config import DEFAULT_POOL_SIZE
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
 from ._base import Row
@@ -257,7 +258,7 @@ class PgConnections(SqlStore):
         url: str,
         *,
         schema: str = "public",
-        pool_size: int = 16,
+        pool_size: int = DEFAULT_POOL_SIZE,
         listen: bool = True,
         pool_timeout: float = 30.0,
         reconnect_interval: float = 0.5,
@@ -268,7 +269,7 @@ class PgConnections(SqlStore):
             url: ``postgresql://user@host:port/db`` (libpq parameters such as
                 ``?connect_timeout=5`` may be added).
             schema: the schema of every table (created by :meth:`migrate`).
-            pool_size: most connections the pool opens.
+            pool_size: most connections the pool opens (``config.DEFAULT_POOL_SIZE``: 4, and why).
             listen: wake runners on ``LISTEN``/``NOTIFY`` (one extra connection).
             pool_timeout: seconds a call waits for a connection before it raises
                 :class:`~statemachine_wf.errors.StoreUnavailable`; while the database is
