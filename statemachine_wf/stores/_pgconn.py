@@ -269,7 +269,7 @@ class PgConnections(SqlStore):
             url: ``postgresql://user@host:port/db`` (libpq parameters such as
                 ``?connect_timeout=5`` may be added).
             schema: the schema of every table (created by :meth:`migrate`).
-            pool_size: most connections the pool opens (``config.DEFAULT_POOL_SIZE``: 4, and why).
+            pool_size: most connections the pool opens (4, ``DEFAULT_POOL_SIZE``: see why).
             listen: wake runners on ``LISTEN``/``NOTIFY`` (one extra connection).
             pool_timeout: seconds a call waits for a connection before it raises
                 :class:`~statemachine_wf.errors.StoreUnavailable`; while the database is

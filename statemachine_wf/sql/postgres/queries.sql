@@ -334,8 +334,8 @@ SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS liv
                 FROM wf_lock_waiters w JOIN freed ON freed.key = w.key
                 -- None of the instances that end here (one, or a group's: _pggroup.py).
                 WHERE w.instance_id NOT IN (SELECT id FROM inst)
-                  AND EXISTS (SELECT 1 FROM wf_tasks t
-                              WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
+                  AND EXISTS (SELECT 1 FROM wf_tasks o
+                              WHERE o.instance_id = w.instance_id AND o.lease_owner IS NULL)
                 ORDER BY w.key, w.since, w.instance_id)
           ORDER BY t.id FOR UPDATE)
     RETURNING id
@@ -866,8 +866,8 @@ WITH rel AS (
             AND t.instance_id IN (
                 SELECT DISTINCT ON (w.key) w.instance_id
                 FROM wf_lock_waiters w JOIN rel ON rel.key = w.key
-                WHERE EXISTS (SELECT 1 FROM wf_tasks t
-                              WHERE t.instance_id = w.instance_id AND t.lease_owner IS NULL)
+                WHERE EXISTS (SELECT 1 FROM wf_tasks o
+                              WHERE o.instance_id = w.instance_id AND o.lease_owner IS NULL)
                 ORDER BY w.key, w.since, w.instance_id)
           ORDER BY t.id FOR UPDATE)
     RETURNING instance_id
