@@ -133,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="count each runner's statements (server CPU each), empty claims and sleeps",
     )
+    dag.add_argument(
+        "--pooled",
+        action="store_true",
+        help="node function on the runner's pool (30 s timeout), not inline=True",
+    )
 
     authoring = sub.add_parser(
         "authoring", help="lines of workflow code per workflow class (imports, docstrings out)"
@@ -274,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.dsn:
             ds.dsn = args.dsn
         ds.count = args.count
+        ds.pooled = args.pooled
 
         def log_dag(msg: str) -> None:
             print(msg, file=sys.stderr, flush=True)

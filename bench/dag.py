@@ -38,36 +38,43 @@ SHAPES = ("fanout", "chain")
 registry = Registry()
 
 
-@registry.function("noop")
+@registry.function("noop", inline=True)
 def noop() -> int:
+    """On the worker's thread with no timeout, as a state-machine step's action runs."""
     return 1
 
 
-def fanout(width: int = WIDTH) -> DagDefinition:
+@registry.function("noop_pooled")
+def noop_pooled() -> int:
+    """On the runner's pool, under the default 30 s timeout (``--pooled``)."""
+    return 1
+
+
+def fanout(width: int = WIDTH, function: str = "noop") -> DagDefinition:
     b = DagBuilder("bench_fanout")
     b.node("s", "start")
-    b.node("join", "python", function="noop")
+    b.node("join", "python", function=function)
     b.node("e", "end")
     for i in range(width):
-        b.node(f"b{i}", "python", function="noop")
+        b.node(f"b{i}", "python", function=function)
         b.chain("s", f"b{i}", "join")
     b.edge("join", "e")
     return b.build()
 
 
-def chain(depth: int = DEPTH) -> DagDefinition:
+def chain(depth: int = DEPTH, function: str = "noop") -> DagDefinition:
     b = DagBuilder("bench_chain")
     b.node("s", "start")
     names = [f"c{i}" for i in range(depth)]
     for name in names:
-        b.node(name, "python", function="noop")
+        b.node(name, "python", function=function)
     b.node("e", "end")
     b.chain("s", *names, "e")
     return b.build()
 
 
-def definition(shape: str) -> DagDefinition:
-    return fanout() if shape == "fanout" else chain()
+def definition(shape: str, function: str = "noop") -> DagDefinition:
+    return fanout(function=function) if shape == "fanout" else chain(function=function)
 
 
 def node_count(shape: str) -> int:
@@ -89,6 +96,9 @@ class Settings:
     tmp: str = ""
     count: bool = False
     """Count each runner process's statements (bench/statements.py), summed a row."""
+    pooled: bool = False
+    """Nodes call ``noop_pooled`` (the runner's pool, a 30 s timeout) instead of the inline
+    ``noop``: what every sync node function cost before ``inline=True`` existed."""
 
     @classmethod
     def quick(cls) -> Settings:
@@ -163,12 +173,12 @@ def dag_runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str,
     return out
 
 
-def precreate(spec: dict[str, Any], shape: str, n: int) -> list[str]:
+def precreate(spec: dict[str, Any], shape: str, n: int, function: str = "noop") -> list[str]:
     from statemachine_wf.dag import DagClient
 
     store = core.open_store(spec)
     client = DagClient(store)
-    graph = definition(shape)
+    graph = definition(shape, function)
     ids = [client.start(graph) for _ in range(n)]
     store.close()
     return ids
@@ -206,7 +216,7 @@ def run_dag(s: Settings, store: str, procs: int, shape: str) -> Row:
     spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
     core.fresh_store(spec)
     try:
-        ids = precreate(spec, shape, s.instances)
+        ids = precreate(spec, shape, s.instances, "noop_pooled" if s.pooled else "noop")
         with core.watcher(spec) as count:
             elapsed, outs = core.run_group(
                 dag_runner_child,
@@ -320,7 +330,9 @@ def table(rows: list[Row], s: Settings) -> str:
     lines.append(
         f"{s.instances} instances per shape (fanout: 1 -> {WIDTH} -> join -> end, "
         f"{node_count('fanout')} nodes; chain: {DEPTH} in a row, {node_count('chain')} nodes); "
-        f"state machine: {s.steps_n} workflows x {core.STEPS} steps.\n"
+        f"state machine: {s.steps_n} workflows x {core.STEPS} steps. Node function: "
+        + ("noop_pooled (the runner's pool, 30 s timeout)" if s.pooled else "noop, inline")
+        + ".\n"
         f"Threads per runner process: pg {s.pg_concurrency}, sqlite {s.sqlite_concurrency}; "
         f"cpus={os.cpu_count()}. vs step: nodes/s over the state-machine steps/s of the same "
         "store and process count.\ncpu ms/unit: runner processes (+ their postgres backends) "

@@ -69,6 +69,8 @@ class Registered:
     fn: Callable[..., Any]
     is_async: bool
     timeout: float | None
+    inline: bool = False
+    """Run on the worker's own thread, with no timeout (``Registry.function(inline=True)``)."""
 
 
 class Registry:
@@ -160,29 +162,48 @@ class Registry:
             raise DefinitionError(f"DAG {definition.name!r}", problems)
 
     def function(
-        self, name: str | None = None, *, timeout: float | None = None
+        self, name: str | None = None, *, timeout: float | None = None, inline: bool = False
     ) -> Callable[[F], F]:
-        """Register a sync or async function under ``name`` (default: its ``__name__``)."""
+        """Register a sync or async function under ``name`` (default: its ``__name__``).
+
+        A sync function runs on a thread of the runner's pool, which the worker gives up
+        on after the timeout (the node's, else ``timeout``, else 30 s). ``inline=True``
+        runs it on the worker's own thread instead, as a state-machine step without a
+        ``timeout`` runs: no hand-over between threads (about a seventh of a no-op
+        node's CPU), and no timeout, so a call that hangs holds its worker.
+
+        Raises:
+            InputError: ``inline`` with a ``timeout``, or with an async function.
+        """
 
         def deco(fn: F) -> F:
-            self.add_function(name or fn.__name__, fn, timeout=timeout)
+            self.add_function(name or fn.__name__, fn, timeout=timeout, inline=inline)
             return fn
 
         return deco
 
-    def query(self, name: str | None = None, *, timeout: float | None = None) -> Callable[[F], F]:
-        """Register a data query under ``name``; it is called with the resolved args."""
+    def query(
+        self, name: str | None = None, *, timeout: float | None = None, inline: bool = False
+    ) -> Callable[[F], F]:
+        """Register a data query under ``name``; it is called with the resolved args.
+        ``timeout`` and ``inline`` as for :meth:`function`."""
 
         def deco(fn: F) -> F:
-            self._queries[name or fn.__name__] = _registered(name or fn.__name__, fn, timeout)
+            key = name or fn.__name__
+            self._queries[key] = _registered(key, fn, timeout, inline)
             return fn
 
         return deco
 
     def add_function(
-        self, name: str, fn: Callable[..., Any], *, timeout: float | None = None
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        timeout: float | None = None,
+        inline: bool = False,
     ) -> None:
-        self._functions[name] = _registered(name, fn, timeout)
+        self._functions[name] = _registered(name, fn, timeout, inline)
 
     def get_function(self, name: str) -> Registered:
         try:
@@ -203,8 +224,18 @@ class Registry:
             ) from None
 
 
-def _registered(name: str, fn: Callable[..., Any], timeout: float | None) -> Registered:
-    return Registered(name, fn, inspect.iscoroutinefunction(fn), timeout)
+def _registered(
+    name: str, fn: Callable[..., Any], timeout: float | None, inline: bool = False
+) -> Registered:
+    is_async = inspect.iscoroutinefunction(fn)
+    if inline and is_async:
+        raise InputError(f"{name!r} is async: inline=True is for sync functions only")
+    if inline and timeout is not None:
+        raise InputError(
+            f"{name!r}: inline=True runs the function on the worker's thread, where a "
+            f"timeout ({timeout} s) cannot be kept: give one or the other"
+        )
+    return Registered(name, fn, is_async, timeout, inline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,10 +352,18 @@ async def _end(call: NodeCall) -> NodeResult:
 async def _invoke(call: NodeCall, reg: Registered, args: Any, timeout: float | None) -> Any:
     if not isinstance(args, Mapping):
         raise Fail(f"args must resolve to a mapping, got {type(args).__name__}", code="bad_args")
+    if reg.inline and timeout is not None:
+        raise Fail(
+            f"node {call.node.id!r} sets a timeout ({timeout} s), but {reg.name!r} runs "
+            "inline (registered with inline=True), where no timeout can be kept",
+            code="bad_config",
+        )
     limit = timeout or reg.timeout or DEFAULT_TIMEOUT
     here = NodeContext(call.instance_id, call.node.id, call.run, call.attempt, call.cancelled)
     token = _current.set(here)
     try:
+        if reg.inline:
+            return reg.fn(**args)  # on this worker's thread: no hand-over, no timeout
         if not reg.is_async:
             return _call_sync(call, reg, args, limit)
         deadline = asyncio.timeout(limit)

@@ -72,6 +72,18 @@ def flaky(key: str, fail_times: int) -> str:
     return f"ok after {n}"
 
 
+@registry.function("thread_of", inline=True)
+def thread_of(tag: str) -> dict[str, Any]:
+    """The thread this call ran on, and the node it was told it ran for."""
+    here = node_context()
+    return {"tag": tag, "thread": threading.current_thread().name, "node": here.node}
+
+
+@registry.function("thread_of_pooled")
+def thread_of_pooled(tag: str) -> dict[str, Any]:
+    return {"tag": tag, "thread": threading.current_thread().name}
+
+
 @registry.function("slow", timeout=0.2)
 def slow(seconds: float) -> str:
     threading.Event().wait(seconds)
