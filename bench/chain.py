@@ -280,11 +280,12 @@ class Db:
             return db
         return cls("sqlite", path=os.path.join(s.tmp, f"{tag}.db"))
 
-    def open(self, pool_size: int = 12) -> Any:
+    def open(self) -> Any:
         if self.kind == "pg":
             from statemachine_wf.stores.postgres import PostgresStore
 
-            return PostgresStore(self.dsn, schema=self.schema, pool_size=pool_size)
+            # The library's default pool (DEFAULT_POOL_SIZE), as a user's runner has it.
+            return PostgresStore(self.dsn, schema=self.schema)
         from statemachine_wf.stores.sqlite import SQLiteStore
 
         return SQLiteStore(self.path)
@@ -463,7 +464,7 @@ def run_throughput(s: ChainSettings, ar: Arweave, chain: Chain, mode: str, k: in
     name = f"{mode} {k} signer{'s' if k > 1 else ''}"
     signers = [LocalSigner.from_private_key(key) for key in chain.keys[:k]]
     db = Db.fresh(s, f"{mode}-{k}")
-    store = db.open(pool_size=s.concurrency + 4)
+    store = db.open()
     store.migrate()
     ids = _create(store, signers, per, name)
     nonces0 = [chain.eth.nonce(sg.address) for sg in signers]
