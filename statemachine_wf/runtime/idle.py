@@ -12,7 +12,7 @@ import threading
 import time
 
 CONTENDED = 0.005
-"""Seconds an idle worker sleeps when work is due that its claim could not take."""
+"""Seconds the timer holder sleeps when work is due that its claim could not take."""
 MARGIN = 0.0002
 """Seconds the timer holder wakes after the due time it measured (see :meth:`Idle.wait`)."""
 
@@ -48,11 +48,15 @@ class Idle:
             # Due now, and yet this worker's claim came back empty: another claim holds the
             # task this moment (SKIP LOCKED), or the due row is one no claim of ours takes.
             # A moment's sleep, not a spin of claim and next_due until that claim commits
-            # (three wasted pairs per start with 8 workers: bench/README.md, "Idle workers");
-            # any wake-up ends it early.
-            return min(self.poll, CONTENDED)
+            # (three wasted pairs per start with 8 workers: bench/README.md, "Idle workers"),
+            # and by one worker, as a timer due in that moment: the others sleep until a
+            # wake-up. Each idle worker polling so made, with 16 workers in each of four
+            # processes starting workflows, two empty claims and two next_due a workflow
+            # (bench/README.md, "Session 39"). Any wake-up ends the sleep early.
+            at = time.monotonic() + min(self.poll, CONTENDED)  # from now, not from asked
+        else:
+            at = asked + due + MARGIN
         me = threading.get_ident()
-        at = asked + due + MARGIN
         with self._lock:
             holder, holder_at = self._timer
             # An earlier due time takes the timer from a holder asleep for a later one.

@@ -82,9 +82,25 @@ def test_a_holder_that_woke_too_early_claims_again_once(idle: Idle) -> None:
     assert idle.woke(False) is False  # timed out as the holder: it claims
     # Its claim came back empty and next_due says due now: it woke a moment early.
     assert idle.wait(0.0, asked=100.0) == 0.0  # claim again at once...
-    assert idle.wait(0.0, asked=100.0) == CONTENDED  # ...once; then somebody else has it
-    # A worker that did not hold the timer: the task is in another claim, a moment's sleep.
-    assert in_thread(lambda: idle.wait(0.0, asked=100.0)) == CONTENDED
+    # ...once; then somebody else has it: a moment's sleep, holding the timer for it.
+    assert idle.wait(0.0, asked=100.0) == pytest.approx(CONTENDED)
+    holder, at = idle._timer
+    assert holder == threading.get_ident()
+    assert at == pytest.approx(100.004 + CONTENDED)
+    # Any other idle worker sleeps until woken (the safety poll): one worker looks again
+    # in a moment, not every idle one (each one's claim and next_due, every 5 ms).
+    assert in_thread(lambda: idle.wait(0.0, asked=100.0)) == 5.0
+
+
+def test_due_work_another_claim_holds_is_polled_for_by_one_worker(idle: Idle) -> None:
+    """Due now, the claim empty (the task in another claim, SKIP LOCKED): the first such
+    worker sleeps a moment as the timer holder, the others until woken; a real timer due
+    sooner than that moment takes the timer over, one due later does not."""
+    assert idle.wait(0.0, asked=100.0) == pytest.approx(CONTENDED)
+    assert in_thread(lambda: idle.wait(0.0, asked=100.0)) == 5.0
+    assert in_thread(lambda: idle.wait(0.050, asked=100.0)) == 5.0
+    assert in_thread(lambda: idle.wait(0.0045, asked=100.0)) == pytest.approx(0.0005 + MARGIN)
+    assert idle.woke(False) is True  # displaced: it sleeps on, and the new holder claims
 
 
 def test_a_timer_taken_for_a_due_time_passed_is_handed_over_after_the_claim(idle: Idle) -> None:
