@@ -27,7 +27,8 @@ from statemachine_wf import (
     Workflow,
     step,
 )
-from statemachine_wf.dag import DagBuilder, DagDefinition, Registry, node_context
+from statemachine_wf.core.records import InstanceRecord
+from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition, Registry, node_context
 from statemachine_wf.definition.dag_models import NodeRetry
 
 registry = Registry()
@@ -375,6 +376,18 @@ def running(store: Store, *, concurrency: int = 4, lease: float = 30.0) -> Itera
         yield runner
     finally:
         runner.stop(timeout=10)
+
+
+def run_to_end(
+    store: Store, definition: DagDefinition, data: dict[str, Any] | None = None
+) -> tuple[DagClient, str, InstanceRecord]:
+    """Start ``definition`` and run it with :func:`running` until it ends (30 s at most):
+    the client, the instance's id and its final record."""
+    client = DagClient(store)
+    with running(store):
+        iid = client.start(definition, data or {})
+        record = client.wait(iid, timeout=30)
+    return client, iid, record
 
 
 ROOT = Path(__file__).resolve().parents[3]

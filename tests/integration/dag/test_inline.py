@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from statemachine_wf import Status, Store
-from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition, Registry
+from statemachine_wf.dag import DagBuilder, DagDefinition, Registry
 from statemachine_wf.errors import InputError
 
 from . import helpers as h
@@ -26,10 +26,7 @@ def two_threads() -> DagDefinition:
 
 
 def test_an_inline_function_runs_on_the_workers_thread(store: Store) -> None:
-    client = DagClient(store)
-    with h.running(store):
-        iid = client.start(two_threads(), {})
-        record = client.wait(iid, timeout=30)
+    client, iid, record = h.run_to_end(store, two_threads())
     assert record.status == Status.COMPLETED
     out = client.output(iid)
     assert out is not None
@@ -45,10 +42,7 @@ def test_a_node_timeout_on_an_inline_function_fails_the_node_by_name(store: Stor
     b.node("n", "python", function="thread_of", args={"tag": "x"}, timeout=5)
     b.node("e", "end")
     b.chain("s", "n", "e")
-    client = DagClient(store)
-    with h.running(store):
-        iid = client.start(b.build(), {})
-        record = client.wait(iid, timeout=30)
+    _, _, record = h.run_to_end(store, b.build())
     assert record.status == Status.FAILED
     assert record.error is not None
     assert record.error["code"] == "bad_config"

@@ -35,10 +35,7 @@ def delay_before_join() -> DagDefinition:
 
 def test_a_delay_in_front_of_an_all_join_holds_the_join_back(store: Store) -> None:
     """Regression: the join ran 0.47 s after the start, as if the 2 s delay was not there."""
-    client = DagClient(store)
-    with h.running(store):
-        iid = client.start(delay_before_join(), {})
-        record = client.wait(iid, timeout=30)
+    client, iid, record = h.run_to_end(store, delay_before_join())
     assert record.status == Status.COMPLETED
     assert client.output(iid) == {"join": "joined", "waited": DELAY}
     hist = client.history(iid)
