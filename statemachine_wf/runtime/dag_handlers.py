@@ -169,8 +169,8 @@ class Registry:
         A sync function runs on a thread of the runner's pool, which the worker gives up
         on after the timeout (the node's, else ``timeout``, else 30 s). ``inline=True``
         runs it on the worker's own thread instead, as a state-machine step without a
-        ``timeout`` runs: no hand-over between threads (about a seventh of a no-op
-        node's CPU), and no timeout, so a call that hangs holds its worker.
+        ``timeout`` runs: no hand-over between threads (about a tenth of a no-op
+        node's runner CPU), and no timeout, so a call that hangs holds its worker.
 
         Raises:
             InputError: ``inline`` with a ``timeout``, or with an async function.
