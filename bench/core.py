@@ -559,6 +559,25 @@ SELECT version FROM inst
 # and continues do (a continue renews it only once half used): the same writes, so on
 # PostgreSQL the same in-place (HOT) updates of the task's row.
 
+RAW_PG_CREATE = """
+WITH ins AS (
+    INSERT INTO wf_instances (id, type, kind, status, step, input, priority)
+    VALUES (%(id)s, 'raw.three', 'machine', 'PENDING', 'a', %(input)s, 100)
+    RETURNING id, type, version
+), ev AS (
+    INSERT INTO wf_events (instance_id, event_type, payload)
+    SELECT id, 'WORKFLOW_CREATED', %(input)s FROM ins
+), task AS (
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at)
+    SELECT id, '', 'a', 'machine', type, 100, now() FROM ins
+)
+SELECT version FROM ins
+"""
+# An end-to-end run's start, raw: `create`'s three inserts (the instance, WORKFLOW_CREATED,
+# the task) in one statement, with a time-ordered id as Client.start makes. The raw
+# end-to-end row runs it and then RAW_PG's three steps on the new instance: the same writes
+# as a start and its run, where the plain raw row has the three steps alone.
+
 RAW_LITE_INSTANCE = (
     "UPDATE wf_instances SET status = 'RUNNING', step = ?, step_attempts = 1, attempts = ?,"
     " progress = '{}', version = version + 1, updated_at = ? WHERE id = ? AND version = ?"
@@ -590,6 +609,9 @@ def raw_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
         c0 = time.process_time()
         b0 = _pid_cpu(backend)
         for iid, version in items:
+            if spec.get("e2e"):  # started here first, each (RAW_PG_CREATE)
+                made = conn.execute(RAW_PG_CREATE, {"id": iid, "input": Jsonb({"n": 0})})
+                version = made.fetchone()[0]  # type: ignore[index]
             attempts: dict[str, int] = {}
             for node, nxt in PATH:
                 attempts[nxt] = 1
@@ -672,23 +694,30 @@ def _versions(spec: dict[str, Any]) -> list[tuple[str, int]]:
         lite.close()
 
 
-def run_raw(s: Settings, store: str, procs: int) -> Result:
-    spec = _spec(s, store, f"{store}_raw_{procs}p")
+def run_raw(s: Settings, store: str, procs: int, *, e2e: bool = False) -> Result:
+    """Raw SQL's three steps a workflow on pre-created instances; with ``e2e`` (PostgreSQL
+    only) each instance is inserted first by the same process, as a start is."""
+    spec = _spec(s, store, f"{store}_raw{'_e2e' if e2e else ''}_{procs}p")
     fresh_store(spec)
     try:
-        precreate(spec, s.n)
-        items = _versions(spec)
-        specs = [dict(spec, items=items[i::procs]) for i in range(procs)]
+        if e2e:
+            from statemachine_wf.definition.ids import new_instance_id
+
+            items = [(new_instance_id(), 0) for _ in range(s.n)]
+        else:
+            precreate(spec, s.n)
+            items = _versions(spec)
+        specs = [dict(spec, items=items[i::procs], e2e=e2e) for i in range(procs)]
         elapsed, outs = run_group(raw_child, specs, timeout=s.timeout)
         what = "1 CTE statement" if store == "pg" else "BEGIN IMMEDIATE..COMMIT, FULL"
         return Result(
-            f"raw SQL {store} {procs}p",
+            f"raw SQL {store} {procs}p" + (" e2e (start+run)" if e2e else ""),
             store,
             "raw",
             procs,
             s.n,
             elapsed,
-            note=f"{what} per step",
+            note=f"{what} per step" + (", and 1 per start" if e2e else ""),
             extra=outs[-1],
         )
     finally:
@@ -967,6 +996,8 @@ CONFIGS: dict[str, Callable[[Settings], Result]] = {
     "dbos-sqlite": lambda s: run_dbos(s, "sqlite"),
     "raw-pg-1": lambda s: run_raw(s, "pg", 1),
     "raw-pg-n": lambda s: run_raw(s, "pg", s.procs),
+    "raw-e2e-pg-1": lambda s: run_raw(s, "pg", 1, e2e=True),
+    "raw-e2e-pg-n": lambda s: run_raw(s, "pg", s.procs, e2e=True),
     "swf-pg-1": lambda s: run_swf(s, "pg", 1),
     "swf-pg-n": lambda s: run_swf(s, "pg", s.procs),
     "e2e-pg-1": lambda s: run_swf(s, "pg", 1, e2e=True),
@@ -1027,9 +1058,10 @@ def _goal(r: Result, raw: Result | None) -> str:
 
 
 def table(results: list[Result], s: Settings) -> str:
-    def find(store: str, system: str, procs: int) -> Result | None:
+    def find(store: str, system: str, procs: int, e2e: bool = False) -> Result | None:
         for r in results:
-            if (r.store, r.system, r.procs, r.error) == (store, system, procs, None):
+            same = (r.store, r.system, r.procs, r.error) == (store, system, procs, None)
+            if same and ("e2e" in r.name) == e2e:
                 return r
         return None
 
@@ -1058,6 +1090,10 @@ def table(results: list[Result], s: Settings) -> str:
         vs_raw = f"{r.steps_per_s / raw.steps_per_s:.2f}" if raw and r.system != "raw" else ""
         vs_dbos = f"{r.steps_per_s / dbos.steps_per_s:.1f}x" if dbos and r.system != "dbos" else ""
         tgt = _goal(r, raw)
+        note = r.note
+        same = find(r.store, "raw", r.procs, e2e=True) if r.system == "swf" else None
+        if same is not None and "e2e" in r.name and same.steps_per_s > 0:
+            note += f"; vs raw start+run {r.steps_per_s / same.steps_per_s:.2f}"
         steps = r.workflows * STEPS
         cpu = ""
         if "client_cpu" in r.extra:
@@ -1068,13 +1104,14 @@ def table(results: list[Result], s: Settings) -> str:
         busy = f"{100 * r.extra['busy']:.0f}%" if "busy" in r.extra else ""
         lines.append(
             f"{r.name:<34} {r.steps_per_s:>8.0f} {r.wf_per_s:>7.0f} {vs_raw:>7} {vs_dbos:>8}"
-            f"  {tgt:<18} {cpu:>12} {busy:>5}  {r.note}"
+            f"  {tgt:<18} {cpu:>12} {busy:>5}  {note}"
         )
     lines.append("")
     lines.append(
         f"N={s.n} workflows x {STEPS} no-op steps per configuration; {s.procs} procs for 'Np'; "
         f"cpus={os.cpu_count()}. vs raw: same store and process count. "
-        "vs DBOS: DBOS 1p on the same store.\ncpu ms/step: client processes (+ postgres "
+        "vs DBOS: DBOS 1p on the same store. vs raw start+run: the raw e2e row, which "
+        "inserts each instance before its three steps.\ncpu ms/step: client processes (+ postgres "
         "server processes) CPU per step; busy: whole-machine CPU use during the timed run, "
         "other tenants included."
     )

@@ -96,3 +96,19 @@ def test_dag_shapes_against_the_state_machine_of_the_same_store_and_processes() 
     assert v["DAG chain sqlite 1p vs a step >= 0.80"].met is True
     assert v["DAG fanout sqlite 1p vs a step >= 0.80"].met is False
     assert v["DAG chain pg 1p vs a step >= 0.80"].met is None
+
+
+def test_end_to_end_also_against_raw_sql_that_inserts_each_instance_first() -> None:
+    # The reading (the three raw steps alone) stays; beside it, raw SQL doing the
+    # same writes as a start and its run, and the table's e2e row names that ratio too.
+    results = [*_run(), _row("raw SQL pg 1p e2e (start+run)", "pg", "raw", 1, 1600)]
+    v = _verdicts(results)
+    assert (v["PostgreSQL, 1 process, end to end, vs raw >= 0.70"].measured) == "0.75"
+    same = v["PostgreSQL, 1 process, end to end, vs raw start+run >= 0.70"]
+    assert (same.measured, same.met) == ("0.94", True)
+    assert v["PostgreSQL, N processes, end to end, vs raw start+run >= 0.70"].met is None
+    # The plain raw row stays the 'vs raw' of every row, the e2e raw row included.
+    text = core.table(results, core.Settings())
+    e2e_line = next(line for line in text.splitlines() if line.startswith("swf pg 1p e2e"))
+    assert "0.75" in e2e_line
+    assert "vs raw start+run 0.94" in e2e_line
