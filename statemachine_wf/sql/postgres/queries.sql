@@ -7,6 +7,13 @@
 -- hour) read the whole table on every call once it had grown, until autovacuum's next
 -- ANALYZE. A query marked "-- plan: scans" (the operator's counts and listings,
 -- retention) runs with sequential scans allowed, in a transaction of its own.
+--
+-- With scans priced out, such a plan could still walk a whole index: a task joined to the
+-- statement's own `inst` (`... FROM inst WHERE t.instance_id = inst.id AND t.slot = ''`)
+-- was planned on a small table as the (instance_id, slot) index read end to end, outer to
+-- `inst`'s one row. So each of those also names its rows by `t.instance_id =
+-- ANY(ARRAY(SELECT id FROM inst))`, which only the key lookup can use (an array made once
+-- a statement; the join is unchanged).
 
 -- name: create
 WITH ins AS (
@@ -196,6 +203,7 @@ WITH inst AS (
         due_at = CASE WHEN t.due_at < now() + %(lease)s * interval '0.5 second'
                       THEN now() + %(lease)s * interval '1 second' ELSE t.due_at END
     FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
+      AND t.instance_id = ANY(ARRAY(SELECT id FROM inst))
 )
 SELECT version, (SELECT count(*) FROM live) AS live FROM inst;
 
@@ -267,7 +275,8 @@ WITH b AS (
         failures = inst.failures, lease_owner = inst.worker,
         due_at = CASE WHEN t.due_at < now() + inst.lease * interval '0.5 second'
                       THEN now() + inst.lease * interval '1 second' ELSE t.due_at END
-    FROM inst WHERE t.instance_id = inst.id AND t.slot = '' AND inst.node IS NOT NULL
+    FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
+      AND t.instance_id = ANY(ARRAY(SELECT id FROM inst)) AND inst.node IS NOT NULL
 )
 SELECT id, version, (SELECT count(*) FROM live) AS live FROM inst;
 
@@ -290,6 +299,7 @@ SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS liv
 -- signals settled and the group's one worker): every CTE here reads `inst` as a set.
 , task AS (
     DELETE FROM wf_tasks t USING inst WHERE t.instance_id = inst.id AND t.slot = ''
+      AND t.instance_id = ANY(ARRAY(SELECT id FROM inst))
 ), sig_end AS (
     -- An instance that ends dead-letters the signals it never applied and voids its
     -- timers (rows this commit settles itself excepted).
@@ -407,6 +417,7 @@ SELECT version, (SELECT count(*) FROM live) AS live FROM inst;
                AND s.id NOT IN (SELECT (x ->> 'id')::bigint
                                 FROM jsonb_array_elements(%(settled)s::jsonb) AS x)))
     FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
+      AND t.instance_id = ANY(ARRAY(SELECT id FROM inst))
 )
 SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS live FROM inst;
 
@@ -1074,13 +1085,15 @@ WITH locked AS (
     -- result is in the log once, and a later holder of that run finds the task gone
     -- and writes nothing.
     DELETE FROM wf_tasks t USING inst
-    WHERE t.instance_id = inst.id AND (%(finish)s OR t.slot = %(done)s)
+    WHERE t.instance_id = inst.id AND t.instance_id = ANY(ARRAY(SELECT id FROM inst))
+      AND (%(finish)s OR t.slot = %(done)s)
 ), retried AS (
     UPDATE wf_tasks t
     SET due_at = now() + %(retry_delay)s * interval '1 second', failures = %(retry_failures)s,
         in_flight = false, lease_owner = NULL
     FROM inst
-    WHERE t.instance_id = inst.id AND t.slot = %(retry)s AND t.lease_owner = %(worker)s
+    WHERE t.instance_id = inst.id AND t.instance_id = ANY(ARRAY(SELECT id FROM inst))
+      AND t.slot = %(retry)s AND t.lease_owner = %(worker)s
     RETURNING t.id
 ), added AS (
     -- No ON CONFLICT: a dispatched node whose task is still open fails the statement on
@@ -1107,7 +1120,8 @@ WITH locked AS (
     -- it is read, skipping one a claim holds (dag_claim skips the instance meanwhile: its
     -- row is this statement's, `inst`).
     SELECT t.id FROM wf_tasks t, inst
-    WHERE %(sib_token)s::text IS NOT NULL AND t.instance_id = inst.id AND t.kind = 'dag'
+    WHERE %(sib_token)s::text IS NOT NULL AND t.instance_id = inst.id
+      AND t.instance_id = ANY(ARRAY(SELECT id FROM inst)) AND t.kind = 'dag'
       AND t.due_at <= now() AND t.slot IS DISTINCT FROM %(done)s
     ORDER BY t.priority, t.due_at
     LIMIT 1
