@@ -6,7 +6,8 @@ flat?), ``python -m bench claimscale`` (a claim's cost against the due backlog),
 ``python -m bench statements [--e2e]`` (statements per workflow, server CPU each),
 ``python -m bench replay`` (the store's PostgreSQL statements on one backend, server CPU
 a call beside the raw write's),
-``python -m bench writers`` (SQLite: processes queued on the file lock or not) and
+``python -m bench burst`` (PostgreSQL: a backlog arriving after the runner's plans were
+made), ``python -m bench writers`` (SQLite: processes queued on the file lock or not) and
 ``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
 from __future__ import annotations
@@ -155,6 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     scale.add_argument("--backlogs", default="100,10000,100000")
     scale.add_argument("--stores", default="sqlite,pg")
     scale.add_argument("--claims", type=int, default=300)
+    burst = sub.add_parser(
+        "burst", help="PostgreSQL: a backlog arriving after the runner's plans were made"
+    )
+    burst.add_argument("--backlog", type=int, default=50_000)
+    burst.add_argument("--warm", type=int, default=200, help="workflows before the burst")
+    burst.add_argument("--sample", type=int, default=1000, help="burst workflows timed")
+    burst.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
     stmts = sub.add_parser(
         "statements", help="statements per workflow and server CPU per statement"
     )
@@ -204,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         backlogs = [int(x) for x in args.backlogs.split(",") if x.strip()]
         stores = [x.strip() for x in args.stores.split(",") if x.strip()]
         print(cs.table(cs.run(stores, backlogs, args.claims)))
+        return 0
+    if args.cmd == "burst":
+        from . import burst as bu
+
+        print(bu.run(args.backlog, args.warm, args.sample, args.dsn))
         return 0
     if args.cmd == "statements":
         from . import statements as st
