@@ -551,13 +551,15 @@ WITH inst AS (
     SET node = %(next)s, attempt = 1, in_flight = true, failures = 0,
         lease_owner = %(worker)s,
         due_at = CASE WHEN %(lease)s THEN now() + interval '30 seconds' ELSE t.due_at END
-    FROM inst WHERE t.instance_id = inst.id AND t.slot = ''
+    FROM inst WHERE t.instance_id = %(id)s AND t.slot = ''
 )
 SELECT version FROM inst
 """
 # The lease is taken by a workflow's first step and kept by the next two, as swf's claim
 # and continues do (a continue renews it only once half used): the same writes, so on
-# PostgreSQL the same in-place (HOT) updates of the task's row.
+# PostgreSQL the same in-place (HOT) updates of the task's row. The task is reached by its
+# key from the parameter: joined to `inst` alone, the plan made while the table was small
+# walked the whole task index on every step (bench/README.md, "Session 40").
 
 RAW_PG_CREATE = """
 WITH ins AS (
