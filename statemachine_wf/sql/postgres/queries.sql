@@ -1085,15 +1085,13 @@ WITH locked AS (
     -- result is in the log once, and a later holder of that run finds the task gone
     -- and writes nothing.
     DELETE FROM wf_tasks t USING inst
-    WHERE t.instance_id = inst.id AND t.instance_id = ANY(ARRAY(SELECT id FROM inst))
-      AND (%(finish)s OR t.slot = %(done)s)
+    WHERE t.instance_id = inst.id AND (%(finish)s OR t.slot = %(done)s)
 ), retried AS (
     UPDATE wf_tasks t
     SET due_at = now() + %(retry_delay)s * interval '1 second', failures = %(retry_failures)s,
         in_flight = false, lease_owner = NULL
     FROM inst
-    WHERE t.instance_id = inst.id AND t.instance_id = ANY(ARRAY(SELECT id FROM inst))
-      AND t.slot = %(retry)s AND t.lease_owner = %(worker)s
+    WHERE t.instance_id = inst.id AND t.slot = %(retry)s AND t.lease_owner = %(worker)s
     RETURNING t.id
 ), added AS (
     -- No ON CONFLICT: a dispatched node whose task is still open fails the statement on
@@ -1120,8 +1118,7 @@ WITH locked AS (
     -- it is read, skipping one a claim holds (dag_claim skips the instance meanwhile: its
     -- row is this statement's, `inst`).
     SELECT t.id FROM wf_tasks t, inst
-    WHERE %(sib_token)s::text IS NOT NULL AND t.instance_id = inst.id
-      AND t.instance_id = ANY(ARRAY(SELECT id FROM inst)) AND t.kind = 'dag'
+    WHERE %(sib_token)s::text IS NOT NULL AND t.instance_id = inst.id AND t.kind = 'dag'
       AND t.due_at <= now() AND t.slot IS DISTINCT FROM %(done)s
     ORDER BY t.priority, t.due_at
     LIMIT 1
