@@ -8,7 +8,8 @@ a fresh schema, the continue, the finish and the claim were sequential scans of
 whole of both tables on every call once these had grown, until autovacuum's next ANALYZE.
 The store's connections price sequential scans out; the queries marked ``-- plan: scans``
 (the dashboard's counts, listings, retention) run with them allowed. The table counters
-of ``pg_stat_user_tables`` say which plan ran: a backend reports them when it exits."""
+of ``pg_stat_user_tables`` and ``pg_stat_user_indexes`` say which plan ran (rows scanned,
+index entries read): a backend reports them when it exits."""
 
 from __future__ import annotations
 
