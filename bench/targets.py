@@ -95,7 +95,7 @@ def core_verdicts(results: Sequence[Any]) -> list[Verdict]:
         swf = _row(results, "pg", "swf", procs, True)
         raw = _row(results, "pg", "raw", procs, True)
         n = swf.procs if swf else "N"
-        label = f"PostgreSQL, {n} process{'es' if n != 1 else ''}, end to end, vs raw start+run"
+        label = f"PostgreSQL, {n} process{'es' if n != 1 else ''}, e2e vs raw start+run"
         out.append(_rate_ratio(f"{label} >= {E2E_SAME:.2f}", swf, raw, E2E_SAME, "{:.2f}"))
     for procs in (1, None):
         swf = _row(results, "pg", "swf", procs, False)

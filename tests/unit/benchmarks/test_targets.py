@@ -104,9 +104,9 @@ def test_end_to_end_also_against_raw_sql_that_inserts_each_instance_first() -> N
     results = [*_run(), _row("raw SQL pg 1p e2e (start+run)", "pg", "raw", 1, 1600)]
     v = _verdicts(results)
     assert (v["PostgreSQL, 1 process, end to end, vs raw >= 0.70"].measured) == "0.75"
-    same = v["PostgreSQL, 1 process, end to end, vs raw start+run >= 0.70"]
+    same = v["PostgreSQL, 1 process, e2e vs raw start+run >= 0.70"]
     assert (same.measured, same.met) == ("0.94", True)
-    assert v["PostgreSQL, N processes, end to end, vs raw start+run >= 0.70"].met is None
+    assert v["PostgreSQL, N processes, e2e vs raw start+run >= 0.70"].met is None
     # The plain raw row stays the 'vs raw' of every row, the e2e raw row included.
     text = core.table(results, core.Settings())
     e2e_line = next(line for line in text.splitlines() if line.startswith("swf pg 1p e2e"))
