@@ -23,16 +23,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
-from .core import drop_store, fresh_store, open_store, pg_dsn
-
-
-def _completed(admin: Any, schema: str) -> int:
-    row = admin.execute(
-        f'SELECT count(*) FROM "{schema}".wf_instances WHERE status = %s', ("COMPLETED",)
-    ).fetchone()
-    return int(row[0])
+from .core import drop_store, fresh_store, open_store, pg_dsn, watcher
 
 
 def _tasks_stats(admin: Any, schema: str) -> tuple[int, int]:
@@ -47,10 +41,11 @@ def _tasks_stats(admin: Any, schema: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def _until(admin: Any, schema: str, n: int, timeout: float) -> float:
-    """Seconds until ``n`` instances have completed (polled every 20 ms)."""
+def _until(count: Callable[[], tuple[int, int]], n: int, timeout: float) -> float:
+    """Seconds until ``n`` instances have completed (``count``: core.watcher's; polled
+    every 20 ms)."""
     t0 = time.perf_counter()
-    while _completed(admin, schema) < n:
+    while count()[0] < n:
         if time.perf_counter() - t0 > timeout:
             raise TimeoutError(f"fewer than {n} completed after {timeout:.0f} s")
         time.sleep(0.02)
@@ -71,13 +66,13 @@ def run(backlog: int, warm: int, sample: int, dsn: str = "", timeout: float = 60
         store.migrate()
         client = Client(store, [ThreeSteps])
         options = RunnerOptions(concurrency=8, reconcile_on_start=False)
-        with psycopg.connect(spec["dsn"], autocommit=True) as admin:
+        with psycopg.connect(spec["dsn"], autocommit=True) as admin, watcher(spec) as count:
             runner = Runner(store, [ThreeSteps], options=options)
             runner.start()
             t0 = time.perf_counter()
             for i in range(warm):
                 client.start(ThreeSteps, BenchInput(n=i))
-            warm_s = (time.perf_counter() - t0) + _until(admin, spec["schema"], warm, timeout)
+            warm_s = (time.perf_counter() - t0) + _until(count, warm, timeout)
             runner.stop(timeout=30)
             for k in range(0, backlog, 2000):
                 inputs = [BenchInput(n=i) for i in range(k, min(backlog, k + 2000))]
@@ -86,7 +81,7 @@ def run(backlog: int, warm: int, sample: int, dsn: str = "", timeout: float = 60
             read0, analyzed0 = _tasks_stats(admin, spec["schema"])
             runner = Runner(store, [ThreeSteps], options=options)
             runner.start()
-            burst_s = _until(admin, spec["schema"], warm + sample, timeout)
+            burst_s = _until(count, warm + sample, timeout)
             runner.stop(timeout=30)
             time.sleep(1.0)
             read1, analyzed1 = _tasks_stats(admin, spec["schema"])

@@ -1093,9 +1093,10 @@ def table(results: list[Result], s: Settings) -> str:
         vs_dbos = f"{r.steps_per_s / dbos.steps_per_s:.1f}x" if dbos and r.system != "dbos" else ""
         tgt = _goal(r, raw)
         note = r.note
-        same = find(r.store, "raw", r.procs, e2e=True) if r.system == "swf" else None
-        if same is not None and "e2e" in r.name and same.steps_per_s > 0:
-            note += f"; vs raw start+run {r.steps_per_s / same.steps_per_s:.2f}"
+        if r.system == "swf" and "e2e" in r.name:
+            same = find(r.store, "raw", r.procs, e2e=True)
+            if same is not None and same.steps_per_s > 0:
+                note += f"; vs raw start+run {r.steps_per_s / same.steps_per_s:.2f}"
         steps = r.workflows * STEPS
         cpu = ""
         if "client_cpu" in r.extra:
