@@ -260,9 +260,17 @@ class TaskQueue(Protocol):
 
     def handed_claim(self, claimant: Claimant) -> Claim | None:
         """A claim that a start of this process leased to ``claimant`` (see
-        :meth:`wait_for_work`), once; None if there is none. Its lease runs from the start's
-        commit: a runner takes it after every wait, and releases what is left when it
-        stops."""
+        :meth:`wait_for_work`), or that :meth:`hand_over` gave it, once; None if there is
+        none. Its lease runs from the commit that took it: a runner takes it after every
+        wait, and releases what is left when it stops."""
+        ...
+
+    def hand_over(self, claimant: Claimant, claims: Sequence[Claim]) -> None:
+        """Give ``claims``, which a claim of ``claimant``'s worker leased, to its workers
+        waiting in :meth:`wait_for_work`: one claim wakes one of them, which runs it from
+        :meth:`handed_claim`; a claim none is waiting for is run by the next of them to
+        wait. A runner whose claim took tasks for its idle workers hands them so, instead
+        of each of those workers claiming on its own."""
         ...
 
     def nudge(self, *, types: Sequence[str] | None = None, covered: bool = True) -> None:

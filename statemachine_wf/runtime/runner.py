@@ -113,7 +113,9 @@ class Runner:
         self._startup: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._local = threading.local()
         self._busy = 0
-        self._busy_lock = threading.Lock()
+        self._busy_lock = threading.Lock()  # guards _busy, _given and _resting
+        self._given: set[int] = set()  # tasks handed to idle workers, not yet taken
+        self._resting = 0  # workers in _sleep
         self._idle = Idle(self.opts.idle_poll)  # which idle worker holds the timer
         self.driver = MachineDriver(
             store,
@@ -230,12 +232,12 @@ class Runner:
             while time.monotonic() < deadline:
                 due = self.store.next_due(types=self.types, dag_types=self.dag_types)
                 with self._busy_lock:
-                    busy = self._busy
+                    busy = self._busy + len(self._given)
                 if busy == 0 and self._startup.empty() and (due is None or due > settle):
                     time.sleep(settle)
                     due = self.store.next_due(types=self.types, dag_types=self.dag_types)
                     with self._busy_lock:
-                        busy = self._busy
+                        busy = self._busy + len(self._given)
                     if busy == 0 and (due is None or due > settle):
                         return
                 time.sleep(0.01)
@@ -330,9 +332,9 @@ class Runner:
                 with self._busy_claiming():
                     claims = self._claim()
                     if claims:
+                        self._hand_over(claims[1:])
                         self._pass_baton(claims)
-                        for claim in claims:
-                            self._run_handing(claim, startup=False)
+                        self._run_handing(claims[0], startup=False)
                         self._deferred_nudge()  # if no commit passed it on
                 if not claims:
                     asked = time.monotonic()
@@ -340,8 +342,9 @@ class Runner:
                         self.store.next_due(types=self.types, dag_types=self.dag_types), asked
                     )
                     handed = self._sleep(wait) if wait > 0 else None
-                    while handed is not None:  # started by a start of this process
+                    while handed is not None:  # a start's, or handed over (_hand_over)
                         with self._busy_claiming():
+                            self._taken(handed)
                             if self._stopping.is_set():
                                 self._release_unrun(handed)
                             else:
@@ -361,9 +364,28 @@ class Runner:
         # A worker asleep claims its types once woken: a start made here is handed to it
         # (store.wait_for_work's `types`), leased to it if a state machine's (`claimant`).
         hosted, claimant = self._hosted, self._claimant
-        if self._idle.woke(self.store.wait_for_work(wait, types=hosted, claimant=claimant)):
-            self.store.wait_for_work(self.opts.idle_poll, types=hosted, claimant=claimant)
+        with self._busy_lock:
+            self._resting += 1
+        try:
+            if self._idle.woke(self.store.wait_for_work(wait, types=hosted, claimant=claimant)):
+                self.store.wait_for_work(self.opts.idle_poll, types=hosted, claimant=claimant)
+        finally:
+            with self._busy_lock:
+                self._resting -= 1
         return self.store.handed_claim(claimant)
+
+    def _hand_over(self, claims: Sequence[Claim]) -> None:
+        """Give what a claim took for this runner's workers asleep to them: one claim
+        statement for all of them, not one each (docs/architecture.md, "Claims for idle
+        workers"). Work of this runner's until taken (``run_until_idle``)."""
+        if claims:
+            with self._busy_lock:
+                self._given.update(claim.task.id for claim in claims)
+            self.store.hand_over(self._claimant, claims)
+
+    def _taken(self, claim: Claim) -> None:
+        with self._busy_lock:
+            self._given.discard(claim.task.id)
 
     def _claim(self) -> list[Claim]:
         """Due tasks for this worker: state-machine ones first, then DAG nodes."""
@@ -373,6 +395,7 @@ class Runner:
                 types=self.types,
                 lease=self.opts.lease,
                 incarnation=self.incarnation,
+                limit=1 + self._resting,  # and one for each worker asleep (_hand_over)
             )
             if self.types and not self._skip_claim()  # DAG-only: no empty-list claim
             else []

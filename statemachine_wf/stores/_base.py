@@ -407,6 +407,9 @@ class SqlBase(ABC):
     def handed_claim(self, claimant: Claimant) -> Claim | None:
         return self._wakeup.handed(claimant)
 
+    def hand_over(self, claimant: Claimant, claims: Sequence[Claim]) -> None:
+        self._wakeup.hand(claimant, claims)
+
     def nudge(self, *, types: Sequence[str] | None = None, covered: bool = True) -> None:
         if types and covered:
             self._wakeup.notify(*types)

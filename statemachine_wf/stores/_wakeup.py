@@ -215,6 +215,20 @@ class Wakeup:
             else:
                 self._sleepers.appendleft(sleeper)
 
+    def hand(self, claimant: Claimant, claims: Sequence[Claim]) -> None:
+        """Hand ``claims``, leased to ``claimant``'s worker, to its threads asleep: one
+        claim a thread woken, the longest sleeps first (the timer holder's is the
+        shortest). A claim with no thread asleep for it waits for the next of
+        ``claimant``'s threads to look (:meth:`wait` returns at once, then
+        :meth:`handed`)."""
+        with self._mutex:
+            self._handed.setdefault(claimant, deque()).extend(claims)
+            hosts = [sleeper for sleeper in self._sleepers if sleeper.claimant == claimant]
+            hosts.sort(key=lambda host: host.until, reverse=True)
+            for sleeper in hosts[: len(claims)]:
+                self._sleepers.remove(sleeper)
+                sleeper.wake()
+
     def handed(self, claimant: Claimant) -> Claim | None:
         """One claim a start leased to ``claimant`` (see :meth:`keep`), or None."""
         with self._mutex:

@@ -502,3 +502,49 @@ def test_sleeps_gives_the_soonest_wake_of_each_set_of_types() -> None:
     for thread in threads:
         thread.join(timeout=30)
     assert wakeup.sleeps() == {}
+
+
+def test_claims_handed_over_wake_one_sleeper_of_the_claimant_each_longest_sleep_first() -> None:
+    """A claim that took tasks for a runner's idle workers hands them over: one claim a
+    sleeper of that runner, the timer holder's short sleep last; another runner's
+    sleepers sleep on."""
+    wakeup = _primed()
+    other = Claimant("x", 30.0, "host:2:b", frozenset({"t.v1"}))
+    foreign: list[bool] = []
+    stranger = _sleeper(wakeup, ["t.v1"], foreign, other)
+    short: list[bool] = []
+    holder = _sleeper(wakeup, ["t.v1"], short, RUNNER, timeout=5.0)
+    long: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], long, RUNNER, timeout=60.0)
+    first, second = _claim(), _claim()
+    wakeup.hand(RUNNER, [first])
+    host.join(timeout=30)
+    assert long == [True]
+    assert short == []
+    assert foreign == []
+    assert wakeup.handed(RUNNER) is first
+    wakeup.hand(RUNNER, [second])
+    holder.join(timeout=30)
+    assert short == [True]
+    assert wakeup.handed(RUNNER) is second
+    assert wakeup.handed(RUNNER) is None
+    assert foreign == []
+    wakeup.wake_all()
+    stranger.join(timeout=30)
+
+
+def test_claims_handed_over_beyond_the_sleepers_wait_for_the_next_thread_to_look() -> None:
+    """More claims than sleepers (a sleeper woke meanwhile): the rest is run by the next
+    thread of the claimant to wait, in the order the claim took them."""
+    wakeup = _primed()
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken, RUNNER)
+    claims = [_claim(), _claim(), _claim()]
+    wakeup.hand(RUNNER, claims)
+    host.join(timeout=30)
+    assert woken == [True]
+    assert wakeup.sleeping == 0
+    stranger = Claimant("x", 30.0, "host:2:b", frozenset({"t.v1"}))
+    assert wakeup.wait(0.01, ["t.v1"], stranger) is False  # not another runner's
+    assert wakeup.wait(30.0, ["t.v1"], RUNNER) is True  # at once
+    assert [wakeup.handed(RUNNER) for _ in range(4)] == [*claims, None]
