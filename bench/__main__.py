@@ -7,7 +7,8 @@ flat?), ``python -m bench claimscale`` (a claim's cost against the due backlog),
 ``python -m bench replay`` (the store's PostgreSQL statements on one backend, server CPU
 a call beside the raw write's),
 ``python -m bench burst`` (PostgreSQL: a backlog arriving after the runner's plans were
-made), ``python -m bench writers`` (SQLite: processes queued on the file lock or not) and
+made), ``python -m bench wave`` (waves of workflows started at once at an idle runner),
+``python -m bench writers`` (SQLite: processes queued on the file lock or not) and
 ``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
 from __future__ import annotations
@@ -163,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     burst.add_argument("--warm", type=int, default=200, help="workflows before the burst")
     burst.add_argument("--sample", type=int, default=1000, help="burst workflows timed")
     burst.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+    wave = sub.add_parser("wave", help="waves of workflows started at once at an idle runner")
+    wave.add_argument("--stores", default="pg,sqlite")
+    wave.add_argument("--waves", type=int, default=100)
+    wave.add_argument("--size", type=int, default=8, help="workflows a wave (start_many)")
+    wave.add_argument("--count", action="store_true", help="claim statements a workflow")
+    wave.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
     stmts = sub.add_parser(
         "statements", help="statements per workflow and server CPU per statement"
     )
@@ -217,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         from . import burst as bu
 
         print(bu.run(args.backlog, args.warm, args.sample, args.dsn))
+        return 0
+    if args.cmd == "wave":
+        from . import wave as wv
+
+        for kind in [x.strip() for x in args.stores.split(",") if x.strip()]:
+            print(wv.run(kind, args.waves, args.size, args.count, args.dsn))
         return 0
     if args.cmd == "statements":
         from . import statements as st
