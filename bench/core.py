@@ -274,6 +274,27 @@ class BackendCPU:
         return sum(cpu - self.start.get(pid, 0.0) for pid, cpu in end.items())
 
 
+def measured(
+    spec: dict[str, Any], runner: Any, store: Any, stop: Any, counted: Any, *, start: bool
+) -> dict[str, Any]:
+    """This process's CPU and its backends' (``spec["app"]``) from now until ``stop`` is
+    set (the runner started first if ``start``); then the runner stopped and the store
+    closed. With ``counted`` (statements._Counted), its counts as well."""
+    c0 = time.process_time()
+    backends = BackendCPU(spec["dsn"], spec["app"]) if spec["store"] == "pg" else None
+    if start:
+        runner.start()
+    stop.wait()
+    cpu = time.process_time() - c0
+    pg_cpu = backends.used() if backends is not None else 0.0
+    runner.stop(timeout=30)
+    store.close()
+    out: dict[str, Any] = {"cpu": cpu, "pg_cpu": pg_cpu}
+    if counted is not None:
+        out["counts"] = counted.summary()
+    return out
+
+
 def with_app(dsn: str, app: str) -> str:
     from psycopg.conninfo import make_conninfo
 

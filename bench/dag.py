@@ -159,18 +159,7 @@ def dag_runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str,
 
         counted = _Counted(store)
     barrier.wait(timeout=180)
-    c0 = time.process_time()
-    backends = core.BackendCPU(spec["dsn"], spec["app"]) if spec["store"] == "pg" else None
-    runner.start()
-    stop.wait()
-    cpu = time.process_time() - c0
-    pg_cpu = backends.used() if backends is not None else 0.0
-    runner.stop(timeout=30)
-    store.close()
-    out: dict[str, Any] = {"cpu": cpu, "pg_cpu": pg_cpu}
-    if counted is not None:
-        out["counts"] = counted.summary()
-    return out
+    return core.measured(spec, runner, store, stop, counted, start=True)
 
 
 def precreate(spec: dict[str, Any], shape: str, n: int, function: str = "noop") -> list[str]:

@@ -42,17 +42,7 @@ def wave_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any]:
     runner.start()
     time.sleep(0.5)  # every worker is idle, waiting for work
     barrier.wait(timeout=180)
-    c0 = time.process_time()
-    backends = core.BackendCPU(spec["dsn"], spec["app"]) if spec["store"] == "pg" else None
-    stop.wait()
-    cpu = time.process_time() - c0
-    pg_cpu = backends.used() if backends is not None else 0.0
-    runner.stop(timeout=30)
-    store.close()
-    out: dict[str, Any] = {"cpu": cpu, "pg_cpu": pg_cpu}
-    if counted is not None:
-        out["counts"] = counted.summary()
-    return out
+    return core.measured(spec, runner, store, stop, counted, start=False)
 
 
 def _entry(spec: dict[str, Any], barrier: Any, stop: Any, results: Any, report: Any) -> None:
