@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import tempfile
 import time
 from typing import Any
 
@@ -74,7 +75,7 @@ def run(store: str, waves: int, size: int, count: bool, dsn: str = "") -> str:
     s = core.Settings()
     if dsn:
         s.dsn = dsn
-    s.tmp = __import__("tempfile").mkdtemp(prefix="swfbench-wave-")
+    s.tmp = tempfile.mkdtemp(prefix="swfbench-wave-")
     spec = core._spec(s, store, f"{store}_wave")
     spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
     spec["count"] = count
