@@ -107,12 +107,17 @@ def open_store(spec: dict[str, Any]) -> Any:
     return SQLiteStore(spec["path"])
 
 
-def warm_pool(store: Any, k: int) -> None:
-    """Open ``k`` pool connections before the clock starts (psycopg_pool grows lazily)."""
+def warm_pool(store: Any, k: int, *, dags: bool = False) -> None:
+    """Open ``k`` pool connections before the clock starts (psycopg_pool grows lazily):
+    at most as many as the store's calls hold at once, or (``dags``) as many as its DAG
+    node commits may add to those."""
     pool = getattr(store, "_pool", None)
     if pool is None:
         return
-    conns = [pool.getconn(timeout=30) for _ in range(min(k, pool.max_size))]
+    conns = [
+        pool.getconn(timeout=30)
+        for _ in range(min(k, store.pool_size if not dags else pool.max_size))
+    ]
     for conn in conns:
         pool.putconn(conn)
 

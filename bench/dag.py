@@ -152,7 +152,7 @@ def dag_runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str,
     runner = Runner(
         store, [], dags=registry, options=RunnerOptions(concurrency=spec["concurrency"])
     )
-    core.warm_pool(store, spec["concurrency"] + 2)
+    core.warm_pool(store, spec["concurrency"] + 2, dags=True)
     counted = None
     if spec.get("count"):
         from .statements import _Counted

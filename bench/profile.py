@@ -61,7 +61,7 @@ def main(args: argparse.Namespace) -> int:
             units, unit = s.n * core.STEPS, "step"
         store: Any = core.open_store(spec)
         store.migrate()
-        core.warm_pool(store, conc + 2)
+        core.warm_pool(store, conc + 2, dags=bool(args.dag))
         runner = ProfiledRunner(
             store,
             [] if args.dag else [ThreeSteps],

@@ -9,6 +9,7 @@ nothing of a decision is written unless the version it was made on is still curr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Literal, assert_never
 
 from ..core.dag_interpret import handed_task, takes_sibling
@@ -42,6 +43,11 @@ class SqlStore(SqlReads):
     claim in the decision's transaction (one write, one commit, where there were two), and
     ``claim`` first reads whether anything is due, taking no write for an empty claim.
     PostgreSQL (False) runs the two statements apart and claims without the read."""
+
+    def _lone_commit(self) -> AbstractContextManager[Any]:
+        """A connection for a commit that shares no statement with another: a DAG node's.
+        PostgreSQL's never waits for the connections the grouped commits queue for."""
+        return self._statement()
 
     # -- Decisions: the CAS commits --------------------------------------------------------
     def _apply_plan(
@@ -246,7 +252,7 @@ class SqlStore(SqlReads):
     def _dag_apply(self, commit: DagCommit, params: dict[str, Any]) -> Row:
         params["n_events"] = len(commit.decision.events)
         try:
-            with self._statement() as conn:
+            with self._lone_commit() as conn:
                 row = self._run_decision(conn, self._dag_plan(commit), self._params(**params))
         except ConcurrencyConflict:  # a node task already open, or an event: a lost race
             raise ConcurrencyConflict(commit.instance_id, commit.version) from None

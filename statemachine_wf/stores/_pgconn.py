@@ -44,6 +44,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the PostgreSQL store needs the postgres extra: pip install 'statemachine_wf[postgres]'"
     ) from exc
 
+from ._pghealth import Health
 from ._pglive import LiveListener, live_channel  # needs psycopg: after the check above
 from ._pgprepare import run_prepared
 
@@ -187,41 +188,6 @@ def _readable(fd: int) -> bool:
     return bool(ready)
 
 
-class _Health:
-    """One WARNING when the database goes away and one when it is back, per store.
-
-    Back means a call succeeded on a connection opened after the outage began: after a
-    crash of the postmaster its old backends die one by one, and a call that one of them
-    still answers says nothing about the database.
-    """
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-        self._lock = threading.Lock()
-        self.down_since: float | None = None
-        self.down_epoch = 0
-
-    def lost(self, reason: object, epoch: int) -> None:
-        with self._lock:
-            if self.down_since is not None:
-                return
-            self.down_since = time.monotonic()
-            self.down_epoch = epoch
-        log.warning("database %s unavailable (%s); retrying until it is back", self.where, reason)
-
-    def ok(self, born: int) -> bool:
-        """A call succeeded on a connection opened at epoch ``born``; True if it is back."""
-        if self.down_since is None:  # the common case: no lock
-            return False
-        with self._lock:
-            since = self.down_since
-            if since is None or born < self.down_epoch:
-                return False
-            self.down_since = None
-        log.warning("database %s is back after %.1f s", self.where, time.monotonic() - since)
-        return True
-
-
 @cache
 def _joined(names: tuple[str, ...]) -> str:
     """One decision's statement: its named CTE pieces, in order."""
@@ -259,6 +225,7 @@ class PgConnections(SqlStore):
         *,
         schema: str = "public",
         pool_size: int = DEFAULT_POOL_SIZE,
+        dag_connections: int | None = None,
         listen: bool = True,
         pool_timeout: float = 30.0,
         reconnect_interval: float = 0.5,
@@ -269,7 +236,13 @@ class PgConnections(SqlStore):
             url: ``postgresql://user@host:port/db`` (libpq parameters such as
                 ``?connect_timeout=5`` may be added).
             schema: the schema of every table (created by :meth:`migrate`).
-            pool_size: most connections the pool opens (4, ``DEFAULT_POOL_SIZE``: see why).
+            pool_size: most connections the store's calls hold at once (4,
+                ``DEFAULT_POOL_SIZE``: see why), a DAG node's commit apart.
+            dag_connections: how many more connections DAG node commits may open (default:
+                ``pool_size``). Commits of state machines share statements (group commit)
+                and a thread waiting for a connection adds its decision to the next one;
+                a DAG node's commit goes alone, so it waits for none of those ``pool_size``
+                connections (docs/architecture.md, "Connections").
             listen: wake runners on ``LISTEN``/``NOTIFY`` (one extra connection).
             pool_timeout: seconds a call waits for a connection before it raises
                 :class:`~statemachine_wf.errors.StoreUnavailable`; while the database is
@@ -287,6 +260,11 @@ class PgConnections(SqlStore):
                 f"schema must be at most {_MAX_SCHEMA} characters (its wake channel "
                 f"swf_wake_<schema> must fit PostgreSQL's 63-byte names), got {len(schema)}"
             )
+        extra = pool_size if dag_connections is None else dag_connections
+        if pool_size < 1 or extra < 0:
+            raise ValueError(
+                f"pool_size must be >= 1 and dag_connections >= 0, got {pool_size}, {extra}"
+            )
         if not pool_timeout > 0:
             raise ValueError(f"pool_timeout must be > 0 seconds, got {pool_timeout}")
         if not reconnect_interval > 0:
@@ -296,7 +274,7 @@ class PgConnections(SqlStore):
         self.channel = f"swf_wake_{schema}"
         self.live_channel = live_channel(schema)  # what the statements that grow a log notify
         info = psycopg.conninfo.conninfo_to_dict(url)
-        self._health = _Health(  # no credentials in the log
+        self._health = Health(  # no credentials in the log
             f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/"
             f"{info.get('dbname', '')} (schema {schema})"
         )
@@ -315,7 +293,7 @@ class PgConnections(SqlStore):
         self._pool = ConnectionPool(
             url,
             min_size=1,
-            max_size=pool_size,
+            max_size=pool_size + extra,
             kwargs={
                 "autocommit": True,
                 "row_factory": dict_row,
@@ -331,6 +309,10 @@ class PgConnections(SqlStore):
             reconnect_timeout=reconnect_interval,
             reconnect_failed=self._regrow,
         )
+        # Every call but a DAG node's commit passes it: those calls hold at most pool_size
+        # connections at once, and a DAG commit never waits behind them (`_lone_commit`).
+        self.pool_size = pool_size
+        self._gate = threading.BoundedSemaphore(pool_size)
         try:
             with wrap_errors():
                 self._pool.open(wait=True, timeout=pool_timeout)
@@ -406,7 +388,7 @@ class PgConnections(SqlStore):
         self._health.lost(reason, self._losses)
 
     @contextmanager
-    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+    def _conn(self, *, gated: bool = True) -> Iterator[psycopg.Connection[Any]]:
         if not self._migrated:
             self._migrated = True
             self.migrate()
@@ -414,13 +396,21 @@ class PgConnections(SqlStore):
         born = -1
         try:
             with wrap_errors():
-                conn = self._checkout()
-                born = self._born.get(conn, -1)
+                if gated and not self._gate.acquire(timeout=self._pool.timeout):
+                    raise PoolTimeout(  # as the pool's own wait would end
+                        f"couldn't get a connection after {self._pool.timeout:.2f} sec"
+                    )
                 try:
-                    with conn:
-                        yield conn
+                    conn = self._checkout()
+                    born = self._born.get(conn, -1)
+                    try:
+                        with conn:
+                            yield conn
+                    finally:
+                        self._pool.putconn(conn)
                 finally:
-                    self._pool.putconn(conn)
+                    if gated:
+                        self._gate.release()
         except StoreUnavailable as exc:
             self._lost(exc)
             raise
@@ -440,6 +430,9 @@ class PgConnections(SqlStore):
 
     def _statement(self) -> AbstractContextManager[psycopg.Connection[Any]]:
         return self._conn()  # autocommit: one statement is one commit
+
+    def _lone_commit(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return self._conn(gated=False)
 
     def _run(
         self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]

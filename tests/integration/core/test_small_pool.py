@@ -59,7 +59,8 @@ class Locked(Workflow[In, Pr]):
 
 @pytest.fixture
 def one_connection(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
-    store = PostgresStore(pg_dsn, schema=pg_schema, pool_size=1, pool_timeout=10)
+    # No connection beyond the one either (dag_connections=0): DAG commits share it too.
+    store = PostgresStore(pg_dsn, schema=pg_schema, pool_size=1, dag_connections=0, pool_timeout=10)
     store.migrate()
     yield store
     store.close()

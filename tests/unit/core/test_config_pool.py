@@ -13,6 +13,7 @@ def test_pool_settings_from_the_environment_become_store_options() -> None:
             "SWF_DATABASE_URL": "postgresql://u@h:5432/d",
             "SWF_PG_SCHEMA": "jobs",
             "SWF_PG_POOL_SIZE": "4",
+            "SWF_PG_DAG_CONNECTIONS": "2",
             "SWF_PG_POOL_TIMEOUT": "5",
             "SWF_PG_RECONNECT_INTERVAL": "0.25",
         }
@@ -20,9 +21,12 @@ def test_pool_settings_from_the_environment_become_store_options() -> None:
     assert config.store_options() == {
         "schema": "jobs",
         "pool_size": 4,
+        "dag_connections": 2,
         "pool_timeout": 5.0,
         "reconnect_interval": 0.25,
     }
+    assert Config().dag_connections is None  # as many as pool_size
+    assert Config.from_env({"SWF_PG_DAG_CONNECTIONS": ""}).dag_connections is None
     assert Config().pool_timeout == 30.0
     assert Config().reconnect_interval == 0.5
     assert Config(database_url="sqlite:///x.db", pool_size=2).store_options() == {}
@@ -32,6 +36,7 @@ def test_pool_settings_from_the_environment_become_store_options() -> None:
     ("name", "value", "problem"),
     [
         ("SWF_PG_POOL_SIZE", "0", "pool_size must be >= 1"),
+        ("SWF_PG_DAG_CONNECTIONS", "-1", "dag_connections must be >= 0"),
         ("SWF_PG_POOL_TIMEOUT", "0", "pool_timeout must be > 0"),
         ("SWF_PG_RECONNECT_INTERVAL", "-1", "reconnect_interval must be > 0"),
     ],
