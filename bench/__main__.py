@@ -140,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="node function on the runner's pool (30 s timeout), not inline=True",
     )
+    dag.add_argument(
+        "--dag-connections",
+        type=int,
+        default=0,
+        help="connections a DAG runner's node commits may add to its pool (default 0)",
+    )
 
     authoring = sub.add_parser(
         "authoring", help="lines of workflow code per workflow class (imports, docstrings out)"
@@ -306,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             ds.dsn = args.dsn
         ds.count = args.count
         ds.pooled = args.pooled
+        ds.dag_connections = args.dag_connections
 
         def log_dag(msg: str) -> None:
             print(msg, file=sys.stderr, flush=True)

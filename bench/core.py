@@ -100,8 +100,11 @@ def open_store(spec: dict[str, Any]) -> Any:
         dsn = spec["dsn"]
         if spec.get("app"):
             dsn = with_app(dsn, spec["app"])
-        # The library's default pool (DEFAULT_POOL_SIZE), as a user's runner has it.
-        return PostgresStore(dsn, schema=spec["schema"])
+        # The library's default pool (DEFAULT_POOL_SIZE), as a user's runner has it; the
+        # DAG runs may give their DAG commits connections of their own (bench dag).
+        return PostgresStore(
+            dsn, schema=spec["schema"], dag_connections=spec.get("dag_connections", 0)
+        )
     from statemachine_wf.stores.sqlite import SQLiteStore
 
     return SQLiteStore(spec["path"])

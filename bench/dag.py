@@ -96,6 +96,9 @@ class Settings:
     tmp: str = ""
     count: bool = False
     """Count each runner process's statements (bench/statements.py), summed a row."""
+    dag_connections: int = 0
+    """The DAG runners' stores' ``dag_connections`` (0, the default: DAG commits wait for
+    the ``pool_size`` connections with every other call)."""
     pooled: bool = False
     """Nodes call ``noop_pooled`` (the runner's pool, a 30 s timeout) instead of the inline
     ``noop``: what every sync node function cost before ``inline=True`` existed."""
@@ -203,6 +206,7 @@ def run_dag(s: Settings, store: str, procs: int, shape: str) -> Row:
     cs = s.core()
     spec = core._spec(cs, store, f"dag_{shape}_{procs}p")
     spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
+    spec["dag_connections"] = s.dag_connections
     core.fresh_store(spec)
     try:
         ids = precreate(spec, shape, s.instances, "noop_pooled" if s.pooled else "noop")
@@ -321,7 +325,7 @@ def table(rows: list[Row], s: Settings) -> str:
         f"{node_count('fanout')} nodes; chain: {DEPTH} in a row, {node_count('chain')} nodes); "
         f"state machine: {s.steps_n} workflows x {core.STEPS} steps. Node function: "
         + ("noop_pooled (the runner's pool, 30 s timeout)" if s.pooled else "noop, inline")
-        + ".\n"
+        + f". DAG runners' dag_connections: {s.dag_connections}.\n"
         f"Threads per runner process: pg {s.pg_concurrency}, sqlite {s.sqlite_concurrency}; "
         f"cpus={os.cpu_count()}. vs step: nodes/s over the state-machine steps/s of the same "
         "store and process count.\ncpu ms/unit: runner processes (+ their postgres backends) "

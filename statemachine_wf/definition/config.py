@@ -50,8 +50,8 @@ class Config:
             SQL producer paths the value stored by ``migrate``). Env: ``SWF_MAX_PAYLOAD_BYTES``.
         pool_size: most PostgreSQL connections the store's calls hold at once, a DAG
             node's commit apart. Env: ``SWF_PG_POOL_SIZE``.
-        dag_connections: how many more connections DAG node commits may open (None: as
-            many as ``pool_size``; 0: they share those). Env: ``SWF_PG_DAG_CONNECTIONS``.
+        dag_connections: how many more connections DAG node commits may open (0: they
+            share the ``pool_size`` ones). Env: ``SWF_PG_DAG_CONNECTIONS``.
         pool_timeout: seconds a PostgreSQL call waits for a connection before it raises
             ``StoreUnavailable`` (runners then try again, for as long as it takes). Env:
             ``SWF_PG_POOL_TIMEOUT``.
@@ -79,7 +79,7 @@ class Config:
     dag_registry: str | None = None
     max_payload_bytes: int | None = None
     pool_size: int = DEFAULT_POOL_SIZE
-    dag_connections: int | None = None
+    dag_connections: int = 0
     pool_timeout: float = 30.0
     reconnect_interval: float = 0.5
     max_dag_bytes: int = DEFAULT_MAX_DAG_BYTES
@@ -96,7 +96,7 @@ class Config:
             raise ValueError(f"lease must be > 0 seconds, got {self.lease}")
         if self.pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {self.pool_size}")
-        if self.dag_connections is not None and self.dag_connections < 0:
+        if self.dag_connections < 0:
             raise ValueError(f"dag_connections must be >= 0, got {self.dag_connections}")
         if not self.pool_timeout > 0:
             raise ValueError(f"pool_timeout must be > 0 seconds, got {self.pool_timeout}")
@@ -140,11 +140,7 @@ class Config:
                 dag_registry=env.get("SWF_DAG_REGISTRY") or None,
                 max_payload_bytes=cls.payload_limit_from_env(env),
                 pool_size=int(env.get("SWF_PG_POOL_SIZE", str(DEFAULT_POOL_SIZE))),
-                dag_connections=(
-                    int(env["SWF_PG_DAG_CONNECTIONS"])
-                    if env.get("SWF_PG_DAG_CONNECTIONS")
-                    else None
-                ),
+                dag_connections=int(env.get("SWF_PG_DAG_CONNECTIONS") or "0"),
                 pool_timeout=float(env.get("SWF_PG_POOL_TIMEOUT", "30")),
                 reconnect_interval=float(env.get("SWF_PG_RECONNECT_INTERVAL", "0.5")),
                 max_dag_bytes=cls.dag_limit_from_env("SWF_MAX_DAG_BYTES", env),

@@ -225,7 +225,7 @@ class PgConnections(SqlStore):
         *,
         schema: str = "public",
         pool_size: int = DEFAULT_POOL_SIZE,
-        dag_connections: int | None = None,
+        dag_connections: int = 0,
         listen: bool = True,
         pool_timeout: float = 30.0,
         reconnect_interval: float = 0.5,
@@ -237,12 +237,14 @@ class PgConnections(SqlStore):
                 ``?connect_timeout=5`` may be added).
             schema: the schema of every table (created by :meth:`migrate`).
             pool_size: most connections the store's calls hold at once (4,
-                ``DEFAULT_POOL_SIZE``: see why), a DAG node's commit apart.
-            dag_connections: how many more connections DAG node commits may open (default:
-                ``pool_size``). Commits of state machines share statements (group commit)
-                and a thread waiting for a connection adds its decision to the next one;
-                a DAG node's commit goes alone, so it waits for none of those ``pool_size``
-                connections (docs/architecture.md, "Connections").
+                ``DEFAULT_POOL_SIZE``: see why), DAG node commits on ``dag_connections``
+                apart.
+            dag_connections: how many more connections DAG node commits may open (0: they
+                wait for the ``pool_size`` ones with every other call). A state machine's
+                decision waiting for a connection joins the next group statement; a DAG
+                node's commit goes alone, so with these it waits for none of the others
+                (docs/architecture.md, "Connections": a one-process runner of independent
+                DAG instances gains, a fan-out or several processes on few cores lose).
             listen: wake runners on ``LISTEN``/``NOTIFY`` (one extra connection).
             pool_timeout: seconds a call waits for a connection before it raises
                 :class:`~statemachine_wf.errors.StoreUnavailable`; while the database is
@@ -260,10 +262,10 @@ class PgConnections(SqlStore):
                 f"schema must be at most {_MAX_SCHEMA} characters (its wake channel "
                 f"swf_wake_<schema> must fit PostgreSQL's 63-byte names), got {len(schema)}"
             )
-        extra = pool_size if dag_connections is None else dag_connections
-        if pool_size < 1 or extra < 0:
+        if pool_size < 1 or dag_connections < 0:
             raise ValueError(
-                f"pool_size must be >= 1 and dag_connections >= 0, got {pool_size}, {extra}"
+                "pool_size must be >= 1 and dag_connections >= 0, "
+                f"got {pool_size}, {dag_connections}"
             )
         if not pool_timeout > 0:
             raise ValueError(f"pool_timeout must be > 0 seconds, got {pool_timeout}")
@@ -293,7 +295,7 @@ class PgConnections(SqlStore):
         self._pool = ConnectionPool(
             url,
             min_size=1,
-            max_size=pool_size + extra,
+            max_size=pool_size + dag_connections,
             kwargs={
                 "autocommit": True,
                 "row_factory": dict_row,
@@ -309,10 +311,11 @@ class PgConnections(SqlStore):
             reconnect_timeout=reconnect_interval,
             reconnect_failed=self._regrow,
         )
-        # Every call but a DAG node's commit passes it: those calls hold at most pool_size
-        # connections at once, and a DAG commit never waits behind them (`_lone_commit`).
+        # With dag_connections, every call but a DAG node's commit passes it: those calls
+        # hold at most pool_size connections at once, and a DAG commit never waits behind
+        # them (`_lone_commit`). Without, the pool's own size is the limit.
         self.pool_size = pool_size
-        self._gate = threading.BoundedSemaphore(pool_size)
+        self._gate = threading.BoundedSemaphore(pool_size) if dag_connections else None
         try:
             with wrap_errors():
                 self._pool.open(wait=True, timeout=pool_timeout)
@@ -396,7 +399,8 @@ class PgConnections(SqlStore):
         born = -1
         try:
             with wrap_errors():
-                if gated and not self._gate.acquire(timeout=self._pool.timeout):
+                gate = self._gate if gated else None
+                if gate is not None and not gate.acquire(timeout=self._pool.timeout):
                     raise PoolTimeout(  # as the pool's own wait would end
                         f"couldn't get a connection after {self._pool.timeout:.2f} sec"
                     )
@@ -409,8 +413,8 @@ class PgConnections(SqlStore):
                     finally:
                         self._pool.putconn(conn)
                 finally:
-                    if gated:
-                        self._gate.release()
+                    if gate is not None:
+                        gate.release()
         except StoreUnavailable as exc:
             self._lost(exc)
             raise

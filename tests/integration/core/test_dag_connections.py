@@ -3,7 +3,8 @@
 The store's calls hold at most ``pool_size`` connections at once; a thread that finds
 them all busy waits, and a state machine's decision waiting so joins the next group
 statement. A DAG node's commit shares no statement, so it takes one of
-``dag_connections`` more instead of waiting (docs/architecture.md, "Connections").
+``dag_connections`` more instead of waiting, when the store has them (none by default:
+docs/architecture.md, "Connections").
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Counted(PostgresStore):
 
 @pytest.fixture
 def one_connection(pg_dsn: str, pg_schema: str) -> Iterator[Counted]:
-    store = Counted(pg_dsn, schema=pg_schema, pool_size=1, pool_timeout=0.5)
+    store = Counted(pg_dsn, schema=pg_schema, pool_size=1, dag_connections=1, pool_timeout=0.5)
     store.migrate()
     yield store
     store.close()
@@ -77,9 +78,7 @@ def test_a_dag_commit_takes_a_connection_while_the_others_are_all_held(
 def test_without_dag_connections_a_dag_commit_waits_like_any_call(
     pg_dsn: str, pg_schema: str
 ) -> None:
-    store = PostgresStore(
-        pg_dsn, schema=pg_schema, pool_size=1, dag_connections=0, pool_timeout=0.5
-    )
+    store = PostgresStore(pg_dsn, schema=pg_schema, pool_size=1, pool_timeout=0.5)
     store.migrate()
     try:
         with store._statement(), pytest.raises(StoreUnavailable), store._lone_commit():

@@ -25,8 +25,8 @@ def test_pool_settings_from_the_environment_become_store_options() -> None:
         "pool_timeout": 5.0,
         "reconnect_interval": 0.25,
     }
-    assert Config().dag_connections is None  # as many as pool_size
-    assert Config.from_env({"SWF_PG_DAG_CONNECTIONS": ""}).dag_connections is None
+    assert Config().dag_connections == 0  # DAG commits share the pool_size connections
+    assert Config.from_env({"SWF_PG_DAG_CONNECTIONS": ""}).dag_connections == 0
     assert Config().pool_timeout == 30.0
     assert Config().reconnect_interval == 0.5
     assert Config(database_url="sqlite:///x.db", pool_size=2).store_options() == {}
