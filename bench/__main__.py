@@ -8,6 +8,7 @@ flat?), ``python -m bench claimscale`` (a claim's cost against the due backlog),
 a call beside the raw write's),
 ``python -m bench burst`` (PostgreSQL: a backlog arriving after the runner's plans were
 made), ``python -m bench wave`` (waves of workflows started at once at an idle runner),
+``python -m bench dagstart`` (what a DAG start costs the producer),
 ``python -m bench writers`` (SQLite: processes queued on the file lock or not) and
 ``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
@@ -170,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     burst.add_argument("--warm", type=int, default=200, help="workflows before the burst")
     burst.add_argument("--sample", type=int, default=1000, help="burst workflows timed")
     burst.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+    dagstart = sub.add_parser("dagstart", help="ms a DAG start, beside a state machine's")
+    dagstart.add_argument("--stores", default="pg,sqlite")
+    dagstart.add_argument("--n", type=int, default=300, help="starts of each kind")
+    dagstart.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+
     wave = sub.add_parser("wave", help="waves of workflows started at once at an idle runner")
     wave.add_argument("--stores", default="pg,sqlite")
     wave.add_argument("--waves", type=int, default=100)
@@ -230,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
         from . import burst as bu
 
         print(bu.run(args.backlog, args.warm, args.sample, args.dsn))
+        return 0
+    if args.cmd == "dagstart":
+        from . import dagstart as ds_
+
+        for kind in (x.strip() for x in args.stores.split(",") if x.strip()):
+            print(ds_.run(kind, args.n, args.dsn))
         return 0
     if args.cmd == "wave":
         from . import wave as wv

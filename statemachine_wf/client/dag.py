@@ -9,6 +9,7 @@ definition from its own log, so saving a new version never changes it.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,9 @@ from . import live
 
 log = logging.getLogger(__name__)
 
+CHECKED_KEPT = 64
+"""Definitions a :class:`DagClient` keeps checked (their graphs), by name."""
+
 
 class DagClient:
     """Save DAG definitions and run them.
@@ -44,6 +48,26 @@ class DagClient:
     def __init__(self, store: Store, registry: Registry | None = None) -> None:
         self.store = store
         self.registry = registry
+        # A start reuses the checks of the last definition of its name that was the same
+        # to the letter (its JSON): a hundred-node graph's checks cost a millisecond.
+        self._checked: dict[str, tuple[dict[str, Any], DagDefinition, Graph]] = {}
+        self._checked_lock = threading.Lock()
+        # DAG types a runner registered: a type is one kind for good (the database refuses
+        # a name registered as both), so a start of one of these reads the registry no more.
+        self._hosted: set[str] = set()
+        self._warned: set[str] = set()
+
+    def _remember(self, raw: dict[str, Any], checked: DagDefinition, graph: Graph) -> None:
+        with self._checked_lock:
+            if len(self._checked) >= CHECKED_KEPT and checked.name not in self._checked:
+                self._checked.pop(next(iter(self._checked)))
+            self._checked[checked.name] = (raw, checked, graph)
+
+    def _recalled(self, raw: dict[str, Any]) -> tuple[DagDefinition, Graph] | None:
+        kept = self._checked.get(raw.get("name", "")) if isinstance(raw, dict) else None
+        if kept is None or kept[0] != raw:
+            return None
+        return kept[1], kept[2]
 
     def _load(
         self, definition: DagDefinition | Mapping[str, Any] | str
@@ -65,11 +89,15 @@ class DagClient:
 
     def definition(self, name: str, version: int | None = None) -> tuple[int, DagDefinition]:
         """``(version, definition)``: that version, or the latest. Raises :class:`NotFound`."""
+        saved_version, raw = self._saved(name, version)
+        return saved_version, DagDefinition.model_validate(raw)
+
+    def _saved(self, name: str, version: int | None) -> tuple[int, dict[str, Any]]:
         found = operations.once_more(lambda: self.store.dag_definition(name, version))  # a read
         if found is None:
             which = "any version" if version is None else f"version {version}"
             raise NotFound(f"no saved DAG {name!r} ({which})")
-        return found[0], DagDefinition.model_validate(found[1])
+        return found[0], found[1]
 
     def definitions(self) -> list[tuple[str, int]]:
         """Every saved name with its latest version."""
@@ -100,14 +128,27 @@ class DagClient:
         name without a version.
         """
         if isinstance(definition, str):
-            saved_version, checked = self.definition(definition, version)
-            # Saved under whatever registry the saver had, if any: checked against ours.
-            if self.registry is not None:
-                self.registry.check_definition(checked)
-            graph = check(checked)
+            saved_version, raw = self._saved(definition, version)
+            recalled = self._recalled(raw)
+            if recalled is None:
+                checked = DagDefinition.model_validate(raw)
+                # Saved under whatever registry the saver had, if any: checked against ours.
+                if self.registry is not None:
+                    self.registry.check_definition(checked)
+                graph = check(checked)
+                self._remember(raw, checked, graph)
+            else:
+                checked, graph = recalled
         else:
             saved_version = None
-            checked, graph = self._load(definition)
+            raw = definition.dump() if isinstance(definition, DagDefinition) else None
+            recalled = None if raw is None else self._recalled(raw)
+            if recalled is None:
+                checked, graph = self._load(definition)
+                if raw is not None:
+                    self._remember(raw, checked, graph)
+            else:
+                checked, graph = recalled
         return self._start(
             checked,
             graph,
@@ -202,9 +243,14 @@ class DagClient:
         type no DAG runner has registered yet is started, with a warning: it waits until
         a runner with that type among its ``dag_types`` starts (``status`` says so too).
         """
+        if type_name in self._hosted:
+            return
         if type_name in self.store.registered_types():
             raise TypeKindConflict(type_name, "state-machine", "DAG")
-        if type_name not in self.store.registered_types("dag"):
+        if type_name in self.store.registered_types("dag"):
+            self._hosted.add(type_name)
+        elif type_name not in self._warned:  # once a client: a loop of starts, one line
+            self._warned.add(type_name)
             log.warning(
                 "no runner has registered the DAG type %r yet: its instances wait until a "
                 "runner with it among its dag_types starts (worker --dag-type %s)",

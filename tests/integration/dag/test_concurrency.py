@@ -166,12 +166,18 @@ def test_100_linear_across_4_processes(runners: tuple[PostgresStore, Path]) -> N
 
 
 def _holds_a_node(dsn: str, schema: str, pid: int) -> bool:
+    """Whether ``pid``'s runner started a node in the last 0.1 s that is not completed: the
+    node's 0.2 s pause has 0.1 s left at least, time enough for the SIGKILL to land in it.
+    (A live lease was not enough: a node claimed 0.2 s before could complete, and hand
+    over nothing, between this read and the kill.)"""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
         row = conn.execute(
-            "SELECT count(*) FROM wf_tasks WHERE kind = 'dag' AND lease_owner LIKE %s"
-            " AND due_at > now() + interval '0.5 second'",
+            "SELECT count(*) FROM wf_events s WHERE s.event_type = 'NODE_STARTED'"
+            " AND s.worker LIKE %s AND s.created_at > now() - interval '0.1 second'"
+            " AND NOT EXISTS (SELECT 1 FROM wf_events c WHERE c.instance_id = s.instance_id"
+            " AND c.node = s.node AND c.event_type = 'NODE_COMPLETED')",
             (f"%:{pid}:%",),
         ).fetchone()
     return row is not None and int(row[0]) > 0
