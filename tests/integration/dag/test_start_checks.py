@@ -50,6 +50,20 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+@pytest.fixture
+def reads(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The kinds the store's type registry was read for, in order."""
+    seen: list[str] = []
+    registered = store.registered_types
+
+    def counted(kind: Any = "machine") -> list[str]:
+        seen.append(kind)
+        return registered(kind)
+
+    monkeypatch.setattr(store, "registered_types", counted)
+    return seen
+
+
 def created_dag(client: DagClient, iid: str) -> dict[str, Any]:
     payload: dict[str, Any] = client.history(iid)[0].payload
     return payload["dag"]  # type: ignore[no-any-return]
@@ -88,17 +102,9 @@ def test_a_definition_object_is_checked_once_until_another_is_given(
 
 
 def test_a_registered_dag_type_is_read_from_the_registry_once(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, reads: list[str]
 ) -> None:
     store.register_types(["swf.dag"], by="test", kind="dag")
-    reads: list[str] = []
-    registered = store.registered_types
-
-    def counted(kind: Any = "machine") -> list[str]:
-        reads.append(kind)
-        return registered(kind)
-
-    monkeypatch.setattr(store, "registered_types", counted)
     client = DagClient(store)
     for _ in range(3):
         client.start(greeting("one"))
@@ -106,16 +112,8 @@ def test_a_registered_dag_type_is_read_from_the_registry_once(
 
 
 def test_an_unregistered_type_warns_once_and_is_read_until_registered(
-    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    store: Store, reads: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    reads: list[str] = []
-    registered = store.registered_types
-
-    def counted(kind: Any = "machine") -> list[str]:
-        reads.append(kind)
-        return registered(kind)
-
-    monkeypatch.setattr(store, "registered_types", counted)
     client = DagClient(store)
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
