@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from ..core import dag_interpret as interpret
@@ -57,17 +57,27 @@ class DagClient:
         self._hosted: set[str] = set()
         self._warned: set[str] = set()
 
-    def _remember(self, raw: dict[str, Any], checked: DagDefinition, graph: Graph) -> None:
+    def _checked_once(
+        self, raw: dict[str, Any], checking: Callable[[], tuple[DagDefinition, Graph]]
+    ) -> tuple[DagDefinition, Graph]:
+        """The checks of ``raw`` (a definition's JSON): those of the last definition of its
+        name if it was the same to the letter, else ``checking()``'s, kept for the next."""
+        kept = self._checked.get(raw.get("name", "")) if isinstance(raw, dict) else None
+        if kept is not None and kept[0] == raw:
+            return kept[1], kept[2]
+        checked, graph = checking()
         with self._checked_lock:
             if len(self._checked) >= CHECKED_KEPT and checked.name not in self._checked:
                 self._checked.pop(next(iter(self._checked)))
             self._checked[checked.name] = (raw, checked, graph)
+        return checked, graph
 
-    def _recalled(self, raw: dict[str, Any]) -> tuple[DagDefinition, Graph] | None:
-        kept = self._checked.get(raw.get("name", "")) if isinstance(raw, dict) else None
-        if kept is None or kept[0] != raw:
-            return None
-        return kept[1], kept[2]
+    def _check_saved(self, raw: dict[str, Any]) -> tuple[DagDefinition, Graph]:
+        checked = DagDefinition.model_validate(raw)
+        # Saved under whatever registry the saver had, if any: checked against ours.
+        if self.registry is not None:
+            self.registry.check_definition(checked)
+        return checked, check(checked)
 
     def _load(
         self, definition: DagDefinition | Mapping[str, Any] | str
@@ -127,28 +137,14 @@ class DagClient:
         A :class:`DagDefinition` object is run as given (checked first), recorded under its
         name without a version.
         """
+        saved_version: int | None = None
         if isinstance(definition, str):
             saved_version, raw = self._saved(definition, version)
-            recalled = self._recalled(raw)
-            if recalled is None:
-                checked = DagDefinition.model_validate(raw)
-                # Saved under whatever registry the saver had, if any: checked against ours.
-                if self.registry is not None:
-                    self.registry.check_definition(checked)
-                graph = check(checked)
-                self._remember(raw, checked, graph)
-            else:
-                checked, graph = recalled
+            checked, graph = self._checked_once(raw, lambda: self._check_saved(raw))
+        elif isinstance(definition, DagDefinition):
+            checked, graph = self._checked_once(definition.dump(), lambda: self._load(definition))
         else:
-            saved_version = None
-            raw = definition.dump() if isinstance(definition, DagDefinition) else None
-            recalled = None if raw is None else self._recalled(raw)
-            if recalled is None:
-                checked, graph = self._load(definition)
-                if raw is not None:
-                    self._remember(raw, checked, graph)
-            else:
-                checked, graph = recalled
+            checked, graph = self._load(definition)
         return self._start(
             checked,
             graph,
