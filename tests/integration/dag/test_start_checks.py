@@ -126,3 +126,32 @@ def test_an_unregistered_type_warns_once_and_is_read_until_registered(
     client.start(greeting("one", type_="t.later"))
     client.start(greeting("one", type_="t.later"))
     assert reads == ["machine", "dag"]
+
+
+def test_a_checked_definition_is_dumped_once_for_the_starts_that_reuse_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dumped: list[str] = []
+    dump = DagDefinition.dump
+
+    def counted(self: DagDefinition) -> dict[str, Any]:
+        dumped.append(self.name)
+        return dump(self)
+
+    client = DagClient(store)
+    client.save(greeting("one"))
+    one, two = greeting("one"), greeting("two")  # built (and measured) before counting
+    monkeypatch.setattr(DagDefinition, "dump", counted)
+    by_name = [client.start("greeting") for _ in range(3)]
+    assert dumped == ["greeting"]  # the saved JSON is the key: dumped once, when checked
+    dumped.clear()
+    same = [client.start(one) for _ in range(2)]
+    assert len(dumped) == 2  # its key only: the same content as the saved one, checked
+    dumped.clear()
+    other = [client.start(two) for _ in range(3)]
+    # Each start dumps the object it is given (its key); the first's check measures it
+    # and keeps its dump: twice more.
+    assert len(dumped) == 3 + 2
+    for ids, definition in ((by_name + same, one), (other, two)):
+        expected = dump(definition)
+        assert all(created_dag(client, i) == expected for i in ids)
