@@ -69,7 +69,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from pydantic import BaseModel, ConfigDict
 
@@ -233,6 +233,12 @@ class Resend(BaseModel):
 
 class TxQueueProgress(BaseModel):
     """Progress fields of the queue; inherit them in a workflow's progress model."""
+
+    crash_dependent: ClassVar[frozenset[str]] = frozenset(RESEND_SLOTS)
+    """A re-broadcast is recorded once sent (``_rebroadcast``): a crash between the two
+    leaves it unrecorded, and a run with other crashes re-broadcasts at other times. The
+    testing helper's crashed-against-uncrashed comparison leaves these fields out
+    (:func:`statemachine_wf.testing.machine.crash_dependent`)."""
 
     tx_1: TxRecord | None = None
     tx_2: TxRecord | None = None

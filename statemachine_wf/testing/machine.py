@@ -430,25 +430,54 @@ class WorkflowStateMachine(RuleBasedStateMachine):
             self.config.check(reference.dependencies, clean)
         if not crashed.status.terminal and not clean.status.terminal:
             return  # neither ended within max_ticks: nothing to compare
-        # Progress saved mid-step by an attempt that a crash then cut short is kept on
-        # purpose (write-ahead); the uncrashed run never ran that attempt, so such fields
-        # may be extra. Any other difference is a divergence.
         saved = {
             key
             for e in stepper.store.events(INSTANCE_ID)
             if e.event_type == Ev.PROGRESS_SET
             for key in e.payload.get("progress", {})
         }
-        extra = {k for k in crashed.progress.keys() - clean.progress.keys() if k in saved}
-        mine_progress = {k: v for k, v in crashed.progress.items() if k not in extra}
-        mine = (crashed.status, mine_progress, _error_key(crashed))
-        theirs = (clean.status, clean.progress, _error_key(clean))
-        if mine != theirs:
+        exempt = crash_dependent(self.config.workflow.spec().progress_model)
+        diverged = divergence(crashed, clean, saved=saved, exempt=exempt)
+        if diverged is not None:
+            mine, theirs = diverged
             raise InvariantViolation(
                 f"after {stepper.crashes} crash(es) the run ended {mine}, but an uncrashed run "
                 f"of the same outcomes ended {theirs}; outcomes replayed: "
                 f"{ {k: list(v) for k, v in committed_outcomes(stepper).items()} }"
             )
+
+
+def crash_dependent(progress_model: type[BaseModel]) -> frozenset[str]:
+    """The progress fields ``progress_model`` declares a crash may leave out or time
+    differently (its ``crash_dependent`` class variable): records of a retry whose effect
+    is harmless to repeat, such as a re-broadcast of recorded transaction bytes, written
+    once it went out. The crashed and the uncrashed run are compared without them."""
+    return frozenset(getattr(progress_model, "crash_dependent", ()))
+
+
+def divergence(
+    crashed: InstanceRecord,
+    clean: InstanceRecord,
+    *,
+    saved: Collection[str],
+    exempt: Collection[str] = (),
+) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    """How the crashed run's end differs from the uncrashed one's: (mine, theirs), or None.
+
+    Progress saved mid-step (``saved``: the keys of its PROGRESS_SET events) by an attempt
+    that a crash then cut short is kept on purpose (write-ahead); the uncrashed run never
+    ran that attempt, so such fields may be extra in the crashed run. The ``exempt``
+    fields (:func:`crash_dependent`) are not compared. Any other difference in the
+    status, the progress or the error is a divergence.
+    """
+    extra = {k for k in crashed.progress.keys() - clean.progress.keys() if k in saved}
+    mine_progress = {
+        k: v for k, v in crashed.progress.items() if k not in extra and k not in exempt
+    }
+    their_progress = {k: v for k, v in clean.progress.items() if k not in exempt}
+    mine = (crashed.status, mine_progress, _error_key(crashed))
+    theirs = (clean.status, their_progress, _error_key(clean))
+    return None if mine == theirs else (mine, theirs)
 
 
 def _outcomes() -> st.SearchStrategy[Outcome]:
@@ -550,5 +579,7 @@ __all__ = [
     "WorkflowStateMachine",
     "check_workflow",
     "committed_outcomes",
+    "crash_dependent",
+    "divergence",
     "sqlite_store",
 ]
