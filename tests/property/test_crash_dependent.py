@@ -10,8 +10,6 @@ progress model now declares its ``resent_N`` fields ``crash_dependent``.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,20 +18,13 @@ from pydantic import BaseModel
 from statemachine_wf.adapters.ethereum.txqueue import RESEND_SLOTS, TxQueueProgress
 from statemachine_wf.definition.events import Status
 from statemachine_wf.errors import Retry
-from statemachine_wf.testing import Outcome, Proceed, Raise, Stepper, committed_outcomes
+from statemachine_wf.testing import Proceed, Raise, Stepper
 from statemachine_wf.testing.machine import crash_dependent, divergence, sqlite_store
 
+from .replay import reference_run
 from .test_chain_workflow import SIGNER, Submit, SubmitInput, world
 
 STEP = "SUBMIT_ONCHAIN"
-
-
-def _replay(queues: dict[str, deque[Outcome]]) -> Callable[[str, int], Outcome]:
-    def next_outcome(step: str, attempt: int) -> Outcome:
-        queue = queues.get(step)
-        return queue.popleft() if queue else Proceed()
-
-    return next_outcome
 
 
 def test_the_queue_declares_its_re_broadcast_records_crash_dependent() -> None:
@@ -67,15 +58,7 @@ def test_a_re_broadcast_a_crash_left_unrecorded_is_no_divergence(tmp_path: Path)
     stepper.close()
 
     ref_deps = world()
-    reference = Stepper(
-        Submit,
-        sqlite_store(str(tmp_path / "reference.db")),
-        dependencies=ref_deps,
-        outcomes=_replay(committed_outcomes(stepper)),
-    )
-    reference.start(inp)
-    clean = reference.run_to_end()
-    reference.close()
+    clean, _ = reference_run(Submit, str(tmp_path / "reference.db"), stepper, inp, ref_deps)
 
     assert crashed.status == clean.status == "COMPLETED"
     assert len(deps["eth"].sent("submit")) == len(ref_deps["eth"].sent("submit")) == 1

@@ -11,8 +11,6 @@ to where the crash struck, their result dropped.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 
 from statemachine_wf.definition.events import Ev, Status
@@ -27,20 +25,13 @@ from statemachine_wf.testing import (
     sqlite_store,
 )
 
+from .replay import reference_run
 from .workflows import Order, OrderInput, Transfer, TransferInput, order_world, transfer_world
 
 PLAN: dict[tuple[str, int], Outcome] = {
     ("confirm", 3): Raise(Retry("injected transient error")),
     ("confirm", 4): Raise(Fail("injected failure"), after=True),
 }
-
-
-def _replay(queues: dict[str, deque[Outcome]]) -> Callable[[str, int], Outcome]:
-    def next_outcome(step: str, attempt: int) -> Outcome:
-        queue = queues.get(step)
-        return queue.popleft() if queue else Proceed()
-
-    return next_outcome
 
 
 def _completed(stepper: Stepper, step: str, attempt: int) -> bool:
@@ -68,15 +59,13 @@ def test_a_lost_attempt_is_replayed_for_its_effect_on_the_world(tmp_path: Path) 
     queues = committed_outcomes(stepper)
     assert [type(o) for o in queues["confirm"]] == [Proceed, Ghost, Raise, Raise]
 
-    reference = Stepper(
+    clean, _ = reference_run(
         Transfer,
-        sqlite_store(str(tmp_path / "reference.db")),
-        dependencies=transfer_world(),
-        outcomes=_replay(queues),
+        str(tmp_path / "reference.db"),
+        stepper,
+        TransferInput(sender="a", amount=1, drops=1),
+        transfer_world(),
     )
-    reference.start(TransferInput(sender="a", amount=1, drops=1))
-    clean = reference.run_to_end()
-    reference.close()
     assert (clean.status, clean.progress) == (crashed.status, crashed.progress)
 
 
@@ -95,15 +84,13 @@ def test_a_ghost_stops_where_the_crash_struck(tmp_path: Path) -> None:
     stepper.close()
 
     ref_world = order_world()
-    reference = Stepper(
+    clean, reference = reference_run(
         Order,
-        sqlite_store(str(tmp_path / "reference.db")),
-        dependencies=ref_world,
-        outcomes=_replay(committed_outcomes(stepper)),
+        str(tmp_path / "reference.db"),
+        stepper,
+        OrderInput(order_id="o1", amount=5),
+        ref_world,
     )
-    reference.start(OrderInput(order_id="o1", amount=5))
-    clean = reference.run_to_end()
-    reference.close()
     assert clean.status == crashed.status == Status.COMPLETED
     assert ref_world["bank"].captured == world["bank"].captured == {"ch_o1_5": 5}
     saves = [
