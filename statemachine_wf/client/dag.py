@@ -62,36 +62,32 @@ class DagClient:
         self._hosted: set[str] = set()
         self._warned: set[str] = set()
 
-    def _checked_once(
-        self, raw: dict[str, Any], checking: Callable[[], tuple[DagDefinition, Graph]]
-    ) -> _Checked:
+    def _checked_once(self, raw: dict[str, Any], checking: Callable[[], _Checked]) -> _Checked:
         """The checks of ``raw`` (a definition's JSON): those of the last definition of its
         name if it was the same to the letter, else ``checking()``'s, kept for the next."""
         kept = self._checked.get(raw.get("name", "")) if isinstance(raw, dict) else None
         if kept is not None and kept[0] == raw:
             return kept[1]
-        checked, graph = checking()
-        found = (checked, graph, checked.dump())
+        found = checking()
+        checked = found[0]
         with self._checked_lock:
             if len(self._checked) >= CHECKED_KEPT and checked.name not in self._checked:
                 self._checked.pop(next(iter(self._checked)))
             self._checked[checked.name] = (raw, found)
         return found
 
-    def _check_saved(self, raw: dict[str, Any]) -> tuple[DagDefinition, Graph]:
+    def _check_saved(self, raw: dict[str, Any]) -> _Checked:
         checked = DagDefinition.model_validate(raw)
         # Saved under whatever registry the saver had, if any: checked against ours.
         if self.registry is not None:
             self.registry.check_definition(checked)
-        return checked, check(checked)
+        return checked, check(checked), checked.dump()
 
-    def _load(
-        self, definition: DagDefinition | Mapping[str, Any] | str
-    ) -> tuple[DagDefinition, Graph]:
+    def _load(self, definition: DagDefinition | Mapping[str, Any] | str) -> _Checked:
         checked, graph = load_graph(definition)
         if self.registry is not None:
             self.registry.check_definition(checked)
-        return checked, graph
+        return checked, graph, checked.dump()
 
     # -- definitions -----------------------------------------------------------------------
     def save(self, definition: DagDefinition | Mapping[str, Any] | str) -> int:
@@ -100,8 +96,8 @@ class DagClient:
         Raises:
             DefinitionError: listing every problem; nothing is stored.
         """
-        checked, _ = self._load(definition)
-        return self.store.dag_save(checked.name, checked.dump())
+        checked, _, dumped = self._load(definition)
+        return self.store.dag_save(checked.name, dumped)
 
     def definition(self, name: str, version: int | None = None) -> tuple[int, DagDefinition]:
         """``(version, definition)``: that version, or the latest. Raises :class:`NotFound`."""
@@ -150,8 +146,7 @@ class DagClient:
         elif isinstance(definition, DagDefinition):
             found = self._checked_once(definition.dump(), lambda: self._load(definition))
         else:
-            checked, graph = self._load(definition)
-            found = (checked, graph, checked.dump())
+            found = self._load(definition)
         return self._start(
             found,
             input,
@@ -170,9 +165,9 @@ class DagClient:
         instance_id: str | None = None,
     ) -> str:
         """Run an unsaved graph (the editor's test run); :meth:`stop_test_run` deletes it."""
-        checked, graph = self._load(definition)
-        found = (checked, graph, checked.dump())
-        return self._start(found, input, version=None, test=True, instance_id=instance_id)
+        return self._start(
+            self._load(definition), input, version=None, test=True, instance_id=instance_id
+        )
 
     def stop_test_run(self, instance_id: str) -> None:
         """Delete a test run's instance, log and tasks in one transaction.
