@@ -255,7 +255,6 @@ class SqlBase(ABC):
         """What a create returns: its row's id, created; or the id holding the key; None
         when the conflicting row vanished between the two statements (create again)."""
         if row is not None:
-            self._made_due()
             return str(row["id"]), True
         existing = self._read_one("instance_by_key", key=key)
         return None if existing is None else (str(existing["id"]), False)

@@ -9,7 +9,7 @@ nothing of a decision is written unless the version it was made on is still curr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from typing import Any, ClassVar, Literal, assert_never
 
 from ..core.dag_interpret import handed_task, takes_sibling
@@ -445,10 +445,65 @@ class SqlStore(SqlReads):
 
     def _start(self, name: str, type_: str, due_now: bool, /, **params: Any) -> Row | None:
         """A start's statement (``create``, ``dag_create``): its row, None when its key was
-        taken. ``notify``: whether other processes are told (PostgreSQL; SQLite's
-        statements ignore it), which PostgreSQL leaves out for a start due now that a
-        worker of its own process takes."""
-        return self._write_one(name, **params, notify=True)
+        taken.
+
+        Due now, and a worker of this process that claims its type sleeps: the start is
+        handed to that worker, and no other process is told. With a runner in every
+        process, each process's idle worker would otherwise claim on the start's commit,
+        one to take the task and the others to find nothing. A state machine's start
+        leases its task to that worker and starts its first step in the same commit
+        (``create_leased``) unless a claim of the type is under way here: the worker runs
+        it with no claim of its own (docs/architecture.md, "A start kept in its
+        process"). ``notify``: whether PostgreSQL's statement tells the other processes
+        (SQLite's watchers hear every commit; its statements ignore it)."""
+        if not due_now:
+            row = self._write_one(name, **params, notify=True)
+            if row is not None:
+                self._made_due()  # a sooner due time for the worker that sleeps until one
+            return row
+        taken = self._wakeup.promise(type_)
+        if taken is None:
+            # No worker of the type asleep here: told unless a claim here covers it
+            # (docs/architecture.md, "A start held in its process").
+            with self._wakeup.starting(type_) as made:
+                row = self._write_one(name, **params, notify=made is None)
+                if row is not None:
+                    if made is None:
+                        self._made_due()
+                    else:
+                        made()
+            return row
+        sleeper, claimant = taken
+        row, claim = None, None
+        try:
+            if name == "create" and params["step"] and claimant is not None:
+                token = new_lease_token(claimant.incarnation)
+                lease = {"worker": claimant.worker, "lease": claimant.lease, "token": token}
+                row, claim = self._create_leased(type_, {**params, **lease})
+            else:
+                row = self._write_one(name, **params, notify=False)
+        finally:
+            # Unless the claim is handed over, the woken worker claims (after a leased
+            # start whose rows did not read back, that finds nothing: see
+            # _create_leased).
+            self._wakeup.keep(sleeper, type_, made=row is not None, claim=claim)
+        return row
+
+    def _create_leased(self, type_: str, params: dict[str, Any]) -> tuple[Row | None, Claim | None]:
+        """``create_leased``, the start leased to a worker of this process: its row (the
+        task's, None when its key was taken) and the claim its worker runs."""
+        with self._statement() as conn:
+            row = self._run(conn, "create_leased", self._params(**params)).fetchone()
+            raw = None if row is None else self._claimed_instance(conn, row)
+        if row is None:
+            return None, None
+        claim = None
+        # Committed: a row that will not read back (nothing written by a start should be)
+        # must not fail the start. The lease runs out, and the claim after it quarantines
+        # the row with the reason.
+        with suppress(ValueError, KeyError, TypeError):
+            claim = Claim(task_record(row), self._checked(raw), started=True, more=False)
+        return {"id": params["id"]}, claim
 
     # -- DagRuns: create and claim ---------------------------------------------------
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:

@@ -10,7 +10,6 @@ runners, and the migrations the first call applies.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import select
@@ -23,12 +22,10 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import cache, lru_cache
 from typing import Any
 
-from ..core.store import Claim
 from ..definition.config import DEFAULT_POOL_SIZE
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
-from ._base import Row
-from ._common import loads, new_lease_token, task_record
+from ._common import loads
 from ._decisions import SqlStore
 from ._sql import queries, without_comment_lines
 from ._wakeup import Wakeup
@@ -476,47 +473,6 @@ class PgConnections(SqlStore):
         # a watched instance's log (queries.sql, append_events' `live`); `now` is unused
         # (now()).
         return {"now": time.time(), "channel": self.channel, "live": self.live_channel, **params}
-
-    def _start(self, name: str, type_: str, due_now: bool, /, **params: Any) -> Row | None:
-        # Due now, and a worker of this process that claims its type sleeps: the start is
-        # handed to that worker, and no other process is told. With a runner in every
-        # process, each process's idle worker would otherwise claim on the create's NOTIFY,
-        # one to take the task and the others to find nothing. A state machine's start
-        # leases its task to that worker and starts its first step in the same commit
-        # (`create_leased`) unless a claim of the type is under way here: the worker runs
-        # it with no claim (docs/architecture.md, "A start kept in its process").
-        if not due_now:
-            return super()._start(name, type_, due_now, **params)
-        taken = self._wakeup.promise(type_)
-        if taken is None:
-            # No worker of the type asleep here: told unless a claim here covers it
-            # (docs/architecture.md, "A start held in its process").
-            with self._wakeup.starting(type_) as made:
-                row = self._write_one(name, **params, notify=made is None)
-                if made is not None and row is not None:
-                    made()
-            return row
-        sleeper, claimant = taken
-        row = claim = None
-        try:
-            if name == "create" and params["step"] and claimant is not None:
-                token = new_lease_token(claimant.incarnation)
-                lease = {"worker": claimant.worker, "lease": claimant.lease, "token": token}
-                row = self._write_one("create_leased", **params, **lease)
-                # Committed: a row that will not read back (nothing written by a start
-                # should be) must not fail the start. The lease runs out, and the claim
-                # after it quarantines the row with the reason.
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    if row is not None:
-                        task, instance = task_record(row["task"]), self._checked(row["instance"])
-                        claim = Claim(task, instance, started=True, more=False)
-            else:
-                row = self._write_one(name, **params, notify=False)
-        finally:
-            # Unless the claim is handed over, the woken worker claims (after a leased
-            # start whose rows did not read back, that finds nothing: see above).
-            self._wakeup.keep(sleeper, type_, made=row is not None, claim=claim)
-        return row
 
     def _announce(self, types: Collection[str]) -> None:
         # Called by a claim's thread after its claim: a failure here must not fail that

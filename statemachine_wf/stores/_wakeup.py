@@ -55,8 +55,8 @@ class Wakeup:
     :meth:`promise` and :meth:`keep` hand a start made in this process to a worker asleep
     that claims its type, one start a sleeper, so that the store need not tell the other
     processes; with a :class:`Claimant`, the start's commit leases the task to it and
-    :meth:`handed` gives it the claim (PostgreSQL; docs/architecture.md, "A start kept in
-    its process").
+    :meth:`handed` gives it the claim (docs/architecture.md, "A start kept in its
+    process").
 
     :meth:`notify` is how another connection's commit (PostgreSQL's LISTEN) and a claim's
     baton for more work wake a worker: held back while a claim of this process for that

@@ -32,16 +32,16 @@ WITH ins AS (
            coalesce(to_timestamp(%(run_at)s::float8), now() + %(delay)s * interval '1 second')
     FROM ins
 )
--- Not told when a worker of the starting process takes it (stores/_pgconn.py, _start).
+-- Not told when a worker of the starting process takes it (stores/_decisions.py, _start).
 SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, type) END FROM ins;
 
 -- name: create_leased
 -- `create` for a start kept in its process for a worker asleep that claims its type
--- (stores/_pgconn.py, _start): the task is leased to that worker and its first step
+-- (stores/_decisions.py, _start): the task is leased to that worker and its first step
 -- started in this commit, as `claim` would: the instance RUNNING at its first attempt,
 -- STEP_STARTED after WORKFLOW_CREATED, the task in flight under a fresh token, due when
--- the lease runs out. The row carries the task and the instance, which the worker runs
--- without a claim. Nobody is notified.
+-- the lease runs out. The row is the task's, with the instance (as `claim`'s), which the
+-- worker runs without a claim. Nobody is notified.
 WITH ins AS (
     INSERT INTO wf_instances (id, type, kind, status, step, step_attempts, attempts, input,
                               idempotency_key, priority, parent_id, parent_node,
@@ -68,7 +68,7 @@ WITH ins AS (
     FROM ins
     RETURNING *
 )
-SELECT ins.id, to_jsonb(ins) AS instance, to_jsonb(task) AS task FROM ins CROSS JOIN task;
+SELECT task.*, true AS leased, to_jsonb(ins) AS instance FROM ins CROSS JOIN task;
 
 -- name: create_many
 -- A batch of `create` in one statement: one row per position of the arrays. A known
@@ -956,7 +956,7 @@ WITH ins AS (
            now() + %(delay)s * interval '1 second'
     FROM ins
 )
--- Not told when a worker of the starting process takes it (stores/_pgconn.py, _start).
+-- Not told when a worker of the starting process takes it (stores/_decisions.py, _start).
 SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, type) END FROM ins;
 
 -- name: dag_claim

@@ -19,6 +19,31 @@ SELECT :id, '', :step, :kind, :type, :priority, coalesce(:run_at, :now + :delay)
 WHERE changes() = 1;
 SELECT :id AS id WHERE changes() = 1;
 
+-- name: create_leased
+-- `create` for a start kept in its process for a worker asleep that claims its type
+-- (stores/_decisions.py, _start), as PostgreSQL's statement of the same name: the task is
+-- leased to that worker and its first step started in this commit, as `claim` would: the
+-- instance RUNNING at its first attempt, STEP_STARTED after WORKFLOW_CREATED, the task in
+-- flight under a fresh token, due when the lease runs out. Each insert runs only if the
+-- one before it inserted its row (changes()); the result is the task's row, which the
+-- worker runs without a claim.
+INSERT INTO wf_instances (id, type, kind, status, step, step_attempts, attempts, input,
+                          idempotency_key, priority, parent_id, parent_node, created_at,
+                          updated_at, trace_context)
+VALUES (:id, :type, :kind, 'RUNNING', :step, 1, json_object(:step, 1), :input, :key,
+        :priority, :parent_id, :parent_node, :now, :now, :trace)
+ON CONFLICT (idempotency_key) DO NOTHING;
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+SELECT :id, NULL, 'WORKFLOW_CREATED', NULL, :created, NULL, NULL, :now WHERE changes() = 1;
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+SELECT :id, :step, 'STEP_STARTED', 1, '{}', NULL, :worker, :now WHERE changes() = 1;
+INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, lease_owner,
+                      lease_token, attempt, in_flight, created_at)
+SELECT :id, '', :step, :kind, :type, :priority, :now + :lease, :worker, :token, 1, 1, :now
+WHERE changes() = 1;
+SELECT t.*, 1 AS leased FROM wf_tasks AS t
+WHERE t.instance_id = :id AND t.slot = '' AND changes() = 1;
+
 -- The decision pieces of apply (SqlStore._apply_plan names them; the same names as
 -- PostgreSQL's). SQLite runs them as one script in the caller's BEGIN IMMEDIATE
 -- transaction (SqlStore._run_decision): apply_head first, whose first statement is the CAS,
