@@ -78,7 +78,9 @@ class Settings:
     n: int = 1000
     procs: int = 4
     pg_concurrency: int = 8
-    sqlite_concurrency: int = 4
+    # The library's default (RunnerOptions.concurrency) since session 44; four before,
+    # from the early sessions (bench/README.md, "Session 44").
+    sqlite_concurrency: int = 8
     latency_samples: int = 200
     dsn: str = field(default_factory=pg_dsn)
     timeout: float = 600.0
