@@ -8,10 +8,8 @@ process"). PostgreSQL's notification side is in ``test_start_kept_local.py``.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 from pydantic import BaseModel
@@ -30,45 +28,14 @@ from statemachine_wf.core.records import Claimant, NewInstance
 from statemachine_wf.core.store import Store
 from statemachine_wf.definition.events import Ev
 
+from .sleepers import Sleeper, sleeping, until
+
 TYPE = "leased.v1"
 RUNNER = Claimant("runner-1", 30.0, "host:1:abc", frozenset({TYPE}))
 
 
-class Sleeper:
-    """A worker thread of ``store`` asleep in ``wait_for_work``, claiming ``types``."""
-
-    def __init__(self, store: Store, types: list[str], claimant: Claimant | None) -> None:
-        self.woken: list[bool] = []
-        self._store = store
-        self._thread = threading.Thread(target=self._sleep, args=(types, claimant))
-        self._thread.daemon = True
-        self._thread.start()
-        _until(lambda: _sleeping(store) >= 1)
-
-    def _sleep(self, types: list[str], claimant: Claimant | None) -> None:
-        assert self._store.wait_for_work(60)  # a thread's first wait returns at once
-        self.woken.append(self._store.wait_for_work(60, types=types, claimant=claimant))
-
-    def join(self) -> bool:
-        self._thread.join(60)
-        assert not self._thread.is_alive()
-        [woken] = self.woken
-        return woken
-
-
-def _sleeping(store: Store) -> int:
-    return int(store._wakeup.sleeping)  # type: ignore[attr-defined]
-
-
 def _new(**kw: object) -> NewInstance:
     return NewInstance(str(uuid.uuid4()), TYPE, {}, "first", **kw)  # type: ignore[arg-type]
-
-
-def _until(check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_a_start_leases_its_task_to_the_claimant_asleep_and_starts_its_step(
@@ -79,7 +46,7 @@ def test_a_start_leases_its_task_to_the_claimant_asleep_and_starts_its_step(
     sleeper = Sleeper(store, [TYPE], RUNNER)
     new = _new()
     assert store.create(new) == (new.id, True)
-    assert sleeper.join()
+    assert sleeper.join()[0]
     claim = store.handed_claim(RUNNER)
     assert claim is not None
     assert store.handed_claim(RUNNER) is None  # handed once
@@ -133,7 +100,7 @@ def test_a_leased_start_whose_rows_do_not_read_back_still_returns_its_id(
     sleeper = Sleeper(store, [TYPE], RUNNER)
     new = _new()
     assert store.create(new) == (new.id, True)
-    assert sleeper.join()
+    assert sleeper.join()[0]
     assert store.handed_claim(RUNNER) is None
     task = store.task(new.id)
     assert task is not None
@@ -182,9 +149,9 @@ def test_starts_made_while_the_runner_idles_run_under_the_start_s_own_lease(
     try:
         ids = []
         for n in range(10):
-            _until(lambda: _sleeping(store) == 2)  # both workers idle
+            until(lambda: sleeping(store) == 2)  # both workers idle
             ids.append(client.start(Quick, In(n=n)))
-            _until(lambda: client.get(ids[-1]).status == Status.COMPLETED)
+            until(lambda: client.get(ids[-1]).status == Status.COMPLETED)
     finally:
         runner.stop()
     for iid in ids:
