@@ -177,31 +177,6 @@ def test_a_start_not_leased_where_the_sleeper_claims_it_as_a_dag_or_has_no_claim
         assert claim.started
 
 
-def test_a_claim_leased_to_a_sleeper_whose_sleep_ran_out_is_released_by_its_runner(
-    pg_store: PostgresStore, heard: Callable[[], list[str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The sleep ran out between the start's promise and its commit, and the runner
-    stopped before a thread of it looked again: its stop releases the claim, due at once
-    for whoever runs next, its first attempt counted (as after a crash)."""
-    opts = RunnerOptions(concurrency=1)
-    runner = Runner(pg_store, [Quick], options=opts, dependencies={"where": "here"})
-    sleeper = Sleeper(pg_store, [Quick.workflow_type], runner._claimant, timeout=2.0)
-    taken = pg_store._wakeup.promise(Quick.workflow_type)
-    assert taken is not None
-    assert sleeper.join()[0] is False  # ran out
-    # The next start takes that sleeper (its thread gone on): as if promised just before.
-    monkeypatch.setattr(pg_store._wakeup, "promise", lambda type_: (taken[0], runner._claimant))
-    iid = Client(pg_store, [Quick]).start(Quick, In(n=1))
-    assert pg_store.next_due(types=[Quick.workflow_type]) != 0  # leased to the runner
-    runner.stop()  # never started: no worker looks again
-    assert pg_store.handed_claim(runner._claimant) is None
-    assert pg_store.next_due(types=[Quick.workflow_type]) == 0
-    [claim] = pg_store.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
-    assert claim.instance.id == iid
-    assert claim.task.in_flight  # STEP_STARTED of attempt 1 is in the log: in doubt
-    assert not claim.started
-
-
 def test_a_start_with_a_claim_of_its_type_under_way_here_is_left_to_that_claim(
     pg_store: PostgresStore, heard: Callable[[], list[str]]
 ) -> None:

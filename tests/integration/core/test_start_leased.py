@@ -164,3 +164,28 @@ def test_starts_made_while_the_runner_idles_run_under_the_start_s_own_lease(
         assert kinds.count(Ev.STEP_STARTED) == 2
         assert kinds.count(Ev.STEP_COMPLETED) == 2
         assert client.verify(iid) == {}
+
+
+def test_a_claim_leased_to_a_sleeper_whose_sleep_ran_out_is_released_by_its_runner(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sleep ran out between the start's promise and its commit, and the runner
+    stopped before a thread of it looked again: its stop releases the claim, due at once
+    for whoever runs next, its first attempt counted (as after a crash)."""
+    runner = Runner(store, [Quick], options=RunnerOptions(concurrency=1))
+    sleeper = Sleeper(store, [Quick.workflow_type], runner._claimant, timeout=2.0)
+    wakeup = store._wakeup  # type: ignore[attr-defined]
+    taken = wakeup.promise(Quick.workflow_type)
+    assert taken is not None
+    assert sleeper.join()[0] is False  # ran out
+    # The next start takes that sleeper (its thread gone on): as if promised just before.
+    monkeypatch.setattr(wakeup, "promise", lambda type_: (taken[0], runner._claimant))
+    iid = Client(store, [Quick]).start(Quick, In(n=1))
+    assert store.next_due(types=[Quick.workflow_type]) != 0  # leased to the runner
+    runner.stop()  # never started: no worker looks again
+    assert store.handed_claim(runner._claimant) is None
+    assert store.next_due(types=[Quick.workflow_type]) == 0
+    [claim] = store.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
+    assert claim.instance.id == iid
+    assert claim.task.in_flight  # STEP_STARTED of attempt 1 is in the log: in doubt
+    assert not claim.started
