@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     dag.add_argument("--stores", default="sqlite,pg", help="comma-separated: sqlite,pg")
     dag.add_argument("--procs", default="1,4", help="runner process counts")
     dag.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+    dag.add_argument("--sqlite-concurrency", type=int, default=4, help="runner threads/proc")
     dag.add_argument(
         "--count",
         action="store_true",
@@ -325,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         ds.count = args.count
         ds.pooled = args.pooled
         ds.dag_connections = args.dag_connections
+        ds.sqlite_concurrency = args.sqlite_concurrency
 
         def log_dag(msg: str) -> None:
             print(msg, file=sys.stderr, flush=True)
