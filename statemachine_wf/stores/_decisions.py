@@ -479,7 +479,7 @@ class SqlStore(SqlReads):
             if name == "create" and params["step"] and claimant is not None:
                 token = new_lease_token(claimant.incarnation)
                 lease = {"worker": claimant.worker, "lease": claimant.lease, "token": token}
-                row, claim = self._create_leased(type_, {**params, **lease})
+                row, claim = self._create_leased({**params, **lease})
             else:
                 row = self._write_one(name, **params, notify=False)
         finally:
@@ -489,7 +489,7 @@ class SqlStore(SqlReads):
             self._wakeup.keep(sleeper, type_, made=row is not None, claim=claim)
         return row
 
-    def _create_leased(self, type_: str, params: dict[str, Any]) -> tuple[Row | None, Claim | None]:
+    def _create_leased(self, params: dict[str, Any]) -> tuple[Row | None, Claim | None]:
         """``create_leased``, the start leased to a worker of this process: its row (the
         task's, None when its key was taken) and the claim its worker runs."""
         with self._statement() as conn:

@@ -40,7 +40,7 @@ from statemachine_wf.core.records import Claimant, NewInstance
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores.postgres import PostgresStore
 
-from .sleepers import Sleeper
+from .sleepers import Sleeper, until
 
 pytestmark = pytest.mark.postgres
 
@@ -288,12 +288,12 @@ def test_starts_run_where_they_are_made_while_a_worker_is_idle_there(
     here.start()
     there.start()
     try:
-        _until(lambda: other._wakeup.sleeping == 2)  # there's workers asleep for 60 s
+        until(lambda: other._wakeup.sleeping == 2)  # there's workers asleep for 60 s
         ids = []
         for n in range(20):
-            _until(lambda: pg_store._wakeup.sleeping == 2)  # both of here's workers idle
+            until(lambda: pg_store._wakeup.sleeping == 2)  # both of here's workers idle
             ids.append(client.start(Quick, In(n=n)))
-            _until(lambda: client.get(ids[-1]).status == Status.COMPLETED)
+            until(lambda: client.get(ids[-1]).status == Status.COMPLETED)
         for iid in ids:
             started = [e for e in client.history(iid) if e.event_type == Ev.STEP_STARTED]
             assert len(started) == 1
@@ -318,13 +318,13 @@ def test_a_start_made_where_every_worker_is_busy_reaches_the_other_process(
     here.start()
     try:
         held = client.start(Held, In())
-        _until(lambda: client.get(held).status == Status.RUNNING)
-        _until(lambda: pg_store._wakeup.sleeping == 0)  # here's one worker runs Held
+        until(lambda: client.get(held).status == Status.RUNNING)
+        until(lambda: pg_store._wakeup.sleeping == 0)  # here's one worker runs Held
         there.start()
-        _until(lambda: other._wakeup.sleeping == 1)  # there's worker idle, polling at 60 s
+        until(lambda: other._wakeup.sleeping == 1)  # there's worker idle, polling at 60 s
         quick = [client.start(Quick, In(n=n)) for n in range(3)]
         # Run there, woken by the starts' notifications.
-        _until(lambda: all(client.get(i).status == Status.COMPLETED for i in quick))
+        until(lambda: all(client.get(i).status == Status.COMPLETED for i in quick))
         assert sorted(RAN) == [(n, "there") for n in range(3)]
     finally:
         Held.gate.set()
@@ -347,14 +347,14 @@ def test_a_start_from_another_process_wakes_the_runner_of_its_type_here(
     RAN.clear()
     first.start()
     try:
-        _until(lambda: pg_store._wakeup.sleeping == 1)  # Held's worker asleep first
+        until(lambda: pg_store._wakeup.sleeping == 1)  # Held's worker asleep first
         second.start()
-        _until(lambda: pg_store._wakeup.sleeping == 2)
+        until(lambda: pg_store._wakeup.sleeping == 2)
         client = Client(other, [Quick])
         for n in range(3):
             iid = client.start(Quick, In(n=n))  # from another store object: notified
-            _until(partial(_completed, client, iid), timeout=20)
-            _until(lambda: pg_store._wakeup.sleeping == 2)
+            until(partial(_completed, client, iid), timeout=20)
+            until(lambda: pg_store._wakeup.sleeping == 2)
         assert sorted(RAN) == [(n, "here") for n in range(3)]
     finally:
         first.stop()
@@ -364,10 +364,3 @@ def test_a_start_from_another_process_wakes_the_runner_of_its_type_here(
 
 def _completed(client: Client, instance_id: str) -> bool:
     return client.get(instance_id).status == Status.COMPLETED
-
-
-def _until(check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
