@@ -297,9 +297,12 @@ class PgConnections(SqlStore):
                 "autocommit": True,
                 "row_factory": dict_row,
                 # plan_cache_mode: a prepared statement's first plan is its generic one,
-                # where `auto` made five custom plans first (see `execute`).
+                # where `auto` made five custom plans first (see `execute`). jit: a plan
+                # priced past jit_above_cost (a scan priced out, above) was compiled at
+                # every call, 250 ms, where the statement took 1 ms (bench/README.md,
+                # "Session 45"); no statement here gains from it.
                 "options": f"-c search_path={schema} -c enable_seqscan=off"
-                " -c plan_cache_mode=force_generic_plan",
+                " -c plan_cache_mode=force_generic_plan -c jit=off",
             },
             configure=self._configured,
             open=False,
