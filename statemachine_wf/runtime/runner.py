@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import queue
-import random
 import signal
 import socket
 import threading
@@ -41,7 +40,7 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
-from . import observe
+from . import handback, observe
 from .driver import MachineDriver, NextClaim
 from .idle import Idle
 from .observe import NOOP, Observer
@@ -470,16 +469,8 @@ class Runner:
             handed = self._run_claim(handed, startup=False)
 
     def _release_unrun(self, claim: Claim) -> None:
-        """Release ``claim``, handed to this runner as it stops: due at once for whoever
-        runs next (its STEP_STARTED or NODE_STARTED is written: the next try is counted,
-        as after a crash); if the release fails, the lease runs out instead."""
-        with contextlib.suppress(StoreError):
-            self.store.release(
-                worker=self.worker_id,
-                instance_ids=[claim.instance.id],
-                token=claim.task.lease_token,
-                incarnation=self.incarnation,
-            )
+        """Release ``claim``, handed to this runner as it stops (see :func:`.handback.unrun`)."""
+        handback.unrun(self.store, self.worker_id, self.incarnation, claim)
 
     def _run_claim(self, claim: Claim, *, startup: bool) -> Claim | None:
         """Run one claim; the claim its commit handed to this worker next, if any."""
@@ -527,38 +518,9 @@ class Runner:
         return None
 
     def _hand_back(self, instance_id: str, token: str | None) -> None:
-        """Release a claim abandoned for a store error, once the store answers again.
-
-        Our heartbeats extend every lease this runner holds, so an abandoned claim would
-        otherwise never lapse. Until the release succeeds this thread does nothing else
-        (there is nothing else it could do while the database is away); on shutdown the
-        lease simply runs out. The release is fenced by the claim's lease token: a newer
-        claim of the instance (ours after a lapse, or anybody's) is never handed back.
-
-        After the release the thread backs off before it claims again (0.5 to 1.5 s,
-        random): the instance it handed back is due at once, and a store that fails
-        every commit would otherwise have its step run again in a tight loop.
-        """
-        delay = 0.1
-        while not self._stopping.is_set():
-            try:
-                self.store.release(
-                    worker=self.worker_id,
-                    instance_ids=[instance_id],
-                    token=token,
-                    incarnation=self.incarnation,
-                )
-                self._stopping.wait(random.uniform(0.5, 1.5))
-                return
-            except StoreError as exc:
-                log.log(
-                    logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING,
-                    "instance %s: release failed (%s); retrying",
-                    instance_id,
-                    exc,
-                )
-            self._stopping.wait(delay)
-            delay = min(delay * 2, 2.0)
+        """Release a claim abandoned for a store error (see :func:`.handback.abandoned`)."""
+        claim = (instance_id, token)
+        handback.abandoned(self.store, self.worker_id, self.incarnation, claim, self._stopping)
 
     # -- driving one instance ---------------------------------------------------------
     def _drive_machine(self, claim: Claim, startup: bool) -> Claim | None:

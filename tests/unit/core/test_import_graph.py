@@ -69,6 +69,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "runtime.runner",
         "runtime.idle",
         "runtime.twins",
+        "runtime.handback",
         "runtime.dag_executor",
         "runtime.dag_cache",
         "runtime.dag_handlers",
