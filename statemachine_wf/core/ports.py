@@ -258,11 +258,13 @@ class TaskQueue(Protocol):
         """
         ...
 
-    def handed_claim(self, claimant: Claimant) -> Claim | None:
+    def handed_claim(self, claimant: Claimant, *, spare: bool = False) -> Claim | None:
         """A claim that a start of this process leased to ``claimant`` (see
         :meth:`wait_for_work`), or that :meth:`hand_over` gave it, once; None if there is
         none. Its lease runs from the commit that took it: a runner takes it after every
-        wait, and releases what is left when it stops."""
+        wait, and releases what is left when it stops. ``spare``: only a claim that no
+        waiting worker was woken for (its runner's workers were all busy), for a worker
+        that did not wait: it takes it before it claims."""
         ...
 
     def hand_over(self, claimant: Claimant, claims: Sequence[Claim]) -> None:
@@ -271,6 +273,14 @@ class TaskQueue(Protocol):
         :meth:`handed_claim`; a claim none is waiting for is run by the next of them to
         wait. A runner whose claim took tasks for its idle workers hands them so, instead
         of each of those workers claiming on its own."""
+        ...
+
+    def retire(self, claimant: Claimant) -> None:
+        """``claimant``'s runner stops taking work: from now on no start of another
+        process leases its task to it (PostgreSQL: a start due now that no worker of its
+        own process takes is leased to a runner of another process with a worker asleep,
+        and that process is told). Returns once every start leased to it before then is
+        in :meth:`handed_claim` (for the runner to release), or after a few seconds."""
         ...
 
     def nudge(self, *, types: Sequence[str] | None = None, covered: bool = True) -> None:

@@ -197,7 +197,9 @@ class Runner:
                 if left is not None and left <= 0:
                     break
                 t.join(0.1 if left is None else min(0.1, left))
-        # What a start leased to a worker whose sleep had just run out, the workers gone.
+        # No start leases to this runner any more; what one leased to a worker whose sleep
+        # had just run out (or from another process, with every worker busy) goes back.
+        self.store.retire(self._claimant)
         while (handed := self.store.handed_claim(self._claimant)) is not None:
             self._release_unrun(handed)
         self.driver.close()
@@ -328,27 +330,29 @@ class Runner:
                         if claim is not None:
                             self._run_handing(claim, startup=True)
                     continue
-                with self._busy_claiming():
-                    claims = self._claim()
-                    if claims:
-                        self._hand_over(claims[1:])
-                        self._pass_baton(claims)
-                        self._run_handing(claims[0], startup=False)
-                        self._deferred_nudge()  # if no commit passed it on
-                if not claims:
-                    asked = time.monotonic()
-                    wait = self._idle.wait(
-                        self.store.next_due(types=self.types, dag_types=self.dag_types), asked
-                    )
-                    handed = self._sleep(wait) if wait > 0 else None
-                    while handed is not None:  # a start's, or handed over (_hand_over)
-                        with self._busy_claiming():
-                            self._taken(handed)
-                            if self._stopping.is_set():
-                                self._release_unrun(handed)
-                            else:
-                                self._run_handing(handed, startup=False)
-                        handed = self.store.handed_claim(self._claimant)
+                # What was handed to this runner first: a start another process leased to
+                # it as its last worker woke waits for no worker to sleep (_pgoffer.py).
+                handed = self.store.handed_claim(self._claimant, spare=True)
+                if handed is None:
+                    with self._busy_claiming():
+                        if claims := self._claim():
+                            self._hand_over(claims[1:])
+                            self._pass_baton(claims)
+                            self._run_handing(claims[0], startup=False)
+                            self._deferred_nudge()  # if no commit passed it on
+                    if not claims:
+                        asked = time.monotonic()
+                        due = self.store.next_due(types=self.types, dag_types=self.dag_types)
+                        wait = self._idle.wait(due, asked)
+                        handed = self._sleep(wait) if wait > 0 else None
+                while handed is not None:  # a start's, or handed over (_hand_over)
+                    with self._busy_claiming():
+                        self._taken(handed)
+                        if self._stopping.is_set():
+                            self._release_unrun(handed)
+                        else:
+                            self._run_handing(handed, startup=False)
+                    handed = self.store.handed_claim(self._claimant)
             except StoreUnavailable as exc:
                 log.debug("worker loop: %s (continuing)", exc)  # the store says it once
                 self._stopping.wait(0.5)
@@ -466,6 +470,13 @@ class Runner:
             if self._stopping.is_set():
                 self._release_unrun(handed)
                 return
+            if (first := self.store.handed_claim(self._claimant, spare=True)) is not None:
+                # A start leased to this runner (from another process, every worker busy)
+                # goes before the next of a chain of claims, never starved by it: that
+                # claim goes to a worker asleep, or to this one's next look.
+                self._taken(first)
+                self._hand_over([handed])
+                handed = first
             handed = self._run_claim(handed, startup=False)
 
     def _release_unrun(self, claim: Claim) -> None:

@@ -403,8 +403,8 @@ class SqlBase(ABC):
         self._start_watching()
         return self._wakeup.wait(timeout, types, claimant)
 
-    def handed_claim(self, claimant: Claimant) -> Claim | None:
-        return self._wakeup.handed(claimant)
+    def handed_claim(self, claimant: Claimant, *, spare: bool = False) -> Claim | None:
+        return self._wakeup.handed(claimant, spare=spare)
 
     def hand_over(self, claimant: Claimant, claims: Sequence[Claim]) -> None:
         self._wakeup.hand(claimant, claims)

@@ -8,13 +8,14 @@ nothing of a decision is written unless the version it was made on is still curr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, suppress
 from typing import Any, ClassVar, Literal, assert_never
 
 from ..core.dag_interpret import handed_task, takes_sibling
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
-from ..core.store import Claim, Commit, DagApplied, DagCommit, NewDagInstance, NewInstance
+from ..core.store import Claim, Claimant, Commit, DagApplied, DagCommit, NewDagInstance, NewInstance
 from ..errors import ConcurrencyConflict, StoreError
 from ._base import Row
 from ._common import (
@@ -33,6 +34,10 @@ from ._common import (
 )
 from ._overview import SqlReads
 
+# How long a process's starts go unoffered after an offer found no runner of another
+# process asleep: the runners are busy, and their next sleep is not far off.
+UNOFFERED = 0.1
+
 
 class SqlStore(SqlReads):
     """A SQL :class:`~statemachine_wf.core.store.Store` over a dialect's primitives."""
@@ -43,6 +48,19 @@ class SqlStore(SqlReads):
     claim in the decision's transaction (one write, one commit, where there were two), and
     ``claim`` first reads whether anything is due, taking no write for an empty claim.
     PostgreSQL (False) runs the two statements apart and claims without the read."""
+
+    offers_starts = False
+    """Whether a start due now that no worker of its process takes may lease its task to
+    a runner of another process with a worker asleep (PostgreSQL, once migrated to 023:
+    ``create_offered``)."""
+    # Monotonic: until then a start goes as `create`, the last offer having found no
+    # runner asleep (an offer no runner takes costs the start 30% more of the server's
+    # CPU: bench/README.md, "Session 45").
+    _unoffered_until = 0.0
+
+    def retire(self, claimant: Claimant) -> None:
+        """A runner stops (``Store.retire``): nothing here leases starts across
+        processes."""
 
     def _lone_commit(self) -> AbstractContextManager[Any]:
         """A connection for a commit that shares no statement with another: a DAG node's.
@@ -466,7 +484,12 @@ class SqlStore(SqlReads):
             # No worker of the type asleep here: told unless a claim here covers it
             # (docs/architecture.md, "A start held in its process").
             with self._wakeup.starting(type_) as made:
+                offer = made is None and name == "create" and self.offers_starts
+                if offer and time.monotonic() >= self._unoffered_until:
+                    name = "create_offered"  # to a runner of another process asleep
                 row = self._write_one(name, **params, notify=made is None)
+                if name == "create_offered" and row is not None and row["offered"] is None:
+                    self._unoffered_until = time.monotonic() + UNOFFERED
                 if row is not None:
                     if made is None:
                         self._made_due()

@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import cache, lru_cache
 from typing import Any
 
+from ..core.store import Claimant
 from ..definition.config import DEFAULT_POOL_SIZE
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
@@ -43,6 +44,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._pghealth import Health
 from ._pglive import LiveListener, live_channel  # needs psycopg: after the check above
+from ._pgoffer import Offers
 from ._pgprepare import run_prepared
 
 log = logging.getLogger("statemachine_wf.postgres")
@@ -215,6 +217,7 @@ class PgConnections(SqlStore):
     """A :class:`SqlStore` on a PostgreSQL pool: the connection side of the store."""
 
     _watch_thread = "swf-listen"
+    offers_starts = True  # and after each migrate(), whether the schema has 023
 
     def __init__(
         self,
@@ -325,6 +328,20 @@ class PgConnections(SqlStore):
             raise
         self._wakeup = Wakeup()
         self._wakeup.announce = self._announce
+        # Starts of other processes leased to this process's runners asleep (_pgoffer.py):
+        # only where a LISTEN connection hears them and holds the lock that vouches for us.
+        self._offers = (
+            Offers(
+                self._wakeup,
+                write=self._write_one,
+                instance=self._checked,
+                encode=self._encode,
+            )
+            if listen
+            else None
+        )
+        if self._offers is not None:
+            self._wakeup.changed = self._offers.changed
         self._watch_lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._watching = threading.Event()  # set once the first LISTEN ran (or failed)
@@ -505,7 +522,13 @@ class PgConnections(SqlStore):
         with self._conn() as conn:
             return list(execute(conn, query, params).fetchall())
 
+    def retire(self, claimant: Claimant) -> None:
+        if self._offers is not None:
+            self._offers.retire(claimant)
+
     def close(self) -> None:
+        if self._offers is not None:
+            self._offers.close()
         self._closed.set()
         self.wake()
         if self._live is not None:
@@ -522,6 +545,16 @@ class PgConnections(SqlStore):
         while not self._closed.is_set():
             try:
                 with psycopg.connect(self.url, autocommit=True) as conn:
+                    offers = self._offers
+                    if offers is not None:
+                        # Listening before the lock: a start that sees us alive is heard.
+                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(offers.channel)))
+                        # Held still by our last connection, not yet gone on the server's
+                        # side: a new key (the rows are written afresh with it).
+                        take = "SELECT pg_try_advisory_lock(%s) AS taken"
+                        while conn.execute(take, (offers.lock_key,)).fetchone() != (True,):
+                            offers.rekey()
+                        offers.listening()
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     self._watching.set()
                     if lost:
@@ -530,8 +563,13 @@ class PgConnections(SqlStore):
                         self.wake()
                     while not self._closed.is_set():
                         for note in conn.notifies(timeout=1.0, stop_after=1):
-                            self._wakeup.notify(note.payload)
+                            if offers is not None and note.channel == offers.channel:
+                                offers.received(note.payload)
+                            else:
+                                self._wakeup.notify(note.payload)
             except psycopg.Error as exc:
+                if self._offers is not None:
+                    self._offers.lost()
                 # The pool's next call says it on the log (once), not every attempt here.
                 log.debug("listener connection lost (%s); reconnecting", _first_line(exc))
                 lost = True
@@ -549,8 +587,10 @@ class PgConnections(SqlStore):
                 conn.execute(
                     sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
                 )
-                return self._migrate_on(
+                known = self._migrate_on(
                     conn, lambda script: conn.execute(script.encode()), on_migration
                 )
         except psycopg.Error as exc:
             raise MigrationError(f"postgres migration failed: {exc}") from exc
+        self.offers_starts = known >= 23  # wf_idle_runners (a test may stop short of it)
+        return known

@@ -88,6 +88,12 @@ class Wakeup:
         # Claims that starts leased to a claimant's workers, each run by its next thread
         # to look (the promised one, unless its sleep ran out before the start's commit).
         self._handed: dict[Claimant, deque[Claim]] = {}
+        # How many of a claimant's handed claims no thread was woken for (every one of its
+        # threads busy): the next of them to look takes one, asleep or not (``spare``).
+        self._spare: Counter[Claimant] = Counter()
+        # Called as a thread goes to sleep and as it wakes (outside the mutex): PostgreSQL
+        # keeps other processes told how many of each runner's workers sleep (_pgoffer.py).
+        self.changed: Callable[[], None] | None = None
 
     @property
     def sleeping(self) -> int:
@@ -116,18 +122,30 @@ class Wakeup:
                 return True  # a start's claim is waiting for this claimant
             me = _Sleeper(frozenset(types), claimant, time.monotonic() + timeout)
             self._sleepers.append(me)
-        me.lock.acquire(timeout=max(timeout, 0.0))
+        changed = self.changed
+        if changed is not None and claimant is not None:
+            changed()
+        try:
+            me.lock.acquire(timeout=max(timeout, 0.0))
+            with self._mutex:
+                # Woken by wake_all, this thread has looked at nothing since: the epoch it
+                # bumped is the one it has seen.
+                self._seen.epoch = self._epoch
+                if me.woken:
+                    return True  # even if the wake-up came as the timeout ran out
+                if me.reserved:
+                    me.gone = True  # the start in flight leaves its claim for the next wait
+                else:
+                    self._sleepers.remove(me)
+                return False
+        finally:
+            if changed is not None and claimant is not None:
+                changed()
+
+    def asleep(self) -> Counter[Claimant]:
+        """How many threads of each claimant sleep now, not yet woken nor promised."""
         with self._mutex:
-            # Woken by wake_all, this thread has looked at nothing since: the epoch it
-            # bumped is the one it has seen.
-            self._seen.epoch = self._epoch
-            if me.woken:
-                return True  # even if the wake-up came as the timeout ran out
-            if me.reserved:
-                me.gone = True  # the start in flight leaves its claim for the next wait
-            else:
-                self._sleepers.remove(me)
-            return False
+            return Counter(s.claimant for s in self._sleepers if s.claimant is not None)
 
     def sleeps(self) -> dict[frozenset[str], float]:
         """The threads asleep now, by the types they claim: for each set of types, the
@@ -209,6 +227,9 @@ class Wakeup:
                         self._sleepers.remove(other)
                         other.wake()
                         break
+                else:
+                    if claim is not None and sleeper.claimant is not None:
+                        self._spare[sleeper.claimant] += 1
                 return
             if wake:
                 sleeper.wake()
@@ -228,16 +249,25 @@ class Wakeup:
             for sleeper in hosts[: len(claims)]:
                 self._sleepers.remove(sleeper)
                 sleeper.wake()
+            self._spare[claimant] += max(0, len(claims) - len(hosts))
 
-    def handed(self, claimant: Claimant) -> Claim | None:
-        """One claim a start leased to ``claimant`` (see :meth:`keep`), or None."""
+    def handed(self, claimant: Claimant, *, spare: bool = False) -> Claim | None:
+        """One claim a start leased to ``claimant`` (see :meth:`keep`) or a claim handed
+        to it (:meth:`hand`), or None. ``spare``: only one that no thread was woken for
+        (for a thread that did not sleep: it would take a woken thread's claim, and that
+        thread would claim on its own)."""
         with self._mutex:
             claims = self._handed.get(claimant)
-            if not claims:
+            if not claims or (spare and self._spare[claimant] <= 0):
                 return None
             claim = claims.popleft()
+            if spare:
+                self._spare[claimant] -= 1
             if not claims:
                 del self._handed[claimant]
+                self._spare.pop(claimant, None)
+            elif self._spare[claimant] > len(claims):
+                self._spare[claimant] = len(claims)
             return claim
 
     def wake_all(self) -> None:

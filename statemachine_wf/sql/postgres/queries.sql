@@ -70,6 +70,136 @@ WITH ins AS (
 )
 SELECT task.*, true AS leased, to_jsonb(ins) AS instance FROM ins CROSS JOIN task;
 
+-- name: create_offered
+-- `create` for a start due now that no worker of this process takes (stores/_decisions.py,
+-- _start): leased, as create_leased leases it, to a runner of another process with a
+-- worker asleep (wf_idle_runners, migration 023), whose process alone is told (its
+-- `channel`, the instance's id; stores/_pgoffer.py); with no such runner, `create` as
+-- it is, told to every process. The runner taken has the most workers asleep; one whose
+-- row another start holds is passed over (SKIP LOCKED: starts never queue on it), and so
+-- is one whose process is gone (its advisory lock free). `lessee` is read three times
+-- and made once: one token.
+WITH host AS (
+    SELECT r.incarnation, r.worker, r.lease, r.channel
+    FROM wf_idle_runners r
+    WHERE r.sleeping > 0 AND %(type)s::text = ANY(r.types) AND %(step)s::text <> ''
+      AND NOT pg_try_advisory_xact_lock_shared(r.lock_key)
+    ORDER BY r.sleeping DESC
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+), lessee AS (
+    -- `/o`: a token no heartbeat extends until the runner's process has heard the start
+    -- (`offered` gives the task a token of the runner's own then): a notification lost
+    -- with a LISTEN connection leaves a lease that runs out, as a dead runner's does.
+    SELECT h.*, h.incarnation || '/o' || replace(gen_random_uuid()::text, '-', '') AS token
+    FROM host h
+), ins AS (
+    INSERT INTO wf_instances (id, type, kind, status, step, step_attempts, attempts, input,
+                              idempotency_key, priority, parent_id, parent_node,
+                              trace_context)
+    SELECT %(id)s::uuid, %(type)s::text, %(kind)s::text,
+           CASE WHEN l.worker IS NULL THEN 'PENDING' ELSE 'RUNNING' END,
+           nullif(%(step)s::text, ''), CASE WHEN l.worker IS NULL THEN 0 ELSE 1 END,
+           CASE WHEN l.worker IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object(%(step)s::text, 1) END,
+           %(input)s::jsonb, %(key)s::text, %(priority)s::integer, %(parent_id)s::uuid,
+           %(parent_node)s::text, %(trace)s::text
+    FROM (SELECT 1) AS one LEFT JOIN lessee l ON true
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, type
+), ev AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
+    SELECT ins.id, e.node, e.event_type, e.attempt, e.payload, e.worker
+    FROM ins CROSS JOIN (
+        SELECT 0 AS ord, NULL::text AS node, 'WORKFLOW_CREATED' AS event_type,
+               NULL::integer AS attempt, %(created)s::jsonb AS payload, NULL::text AS worker
+        UNION ALL
+        SELECT 1, %(step)s::text, 'STEP_STARTED', 1, '{}'::jsonb, l.worker FROM lessee l
+    ) AS e
+    ORDER BY e.ord  -- the log's order: created, then started
+), task AS (
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, lease_owner,
+                          lease_token, attempt, in_flight)
+    SELECT ins.id, '', %(step)s::text, %(kind)s::text, ins.type, %(priority)s::integer,
+           CASE WHEN l.worker IS NULL
+                THEN coalesce(to_timestamp(%(run_at)s::float8),
+                              now() + %(delay)s::float8 * interval '1 second')
+                ELSE now() + l.lease * interval '1 second' END,
+           l.worker, l.token, CASE WHEN l.worker IS NULL THEN 0 ELSE 1 END,
+           l.worker IS NOT NULL
+    FROM ins LEFT JOIN lessee l ON true
+), counted AS (
+    -- One worker asleep fewer, until the runner's process writes its own count again.
+    UPDATE wf_idle_runners r SET sleeping = r.sleeping - 1, updated_at = now()
+    FROM lessee l WHERE r.incarnation = l.incarnation AND EXISTS (SELECT 1 FROM ins)
+)
+SELECT ins.id,
+       CASE WHEN l.worker IS NOT NULL THEN pg_notify(l.channel, ins.id::text)
+            WHEN %(notify)s THEN pg_notify(%(channel)s, ins.type) END AS notified,
+       l.incarnation AS offered
+FROM ins LEFT JOIN lessee l ON true;
+
+-- name: idle_sync
+-- This process's runners and how many workers of each sleep now (stores/_pgoffer.py):
+-- each row written whole, a start's count taken off it overwritten. Committed without
+-- waiting for the flush (a hint: after a crash of the server the process writes it
+-- again), and the rows of runners whose process is gone (their lock free) deleted
+-- when `sweep` (the process's first write, and after its LISTEN connection came back).
+WITH quick AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS was
+), gone AS (
+    -- `sleeping >= 0` (every row): a walk of wf_idle_runners_sleeping, not a scan.
+    DELETE FROM wf_idle_runners r
+    WHERE %(sweep)s AND r.sleeping >= 0 AND r.lock_key <> %(lock_key)s
+      AND pg_try_advisory_xact_lock_shared(r.lock_key)
+), up AS (
+    INSERT INTO wf_idle_runners (incarnation, worker, lease, types, channel, lock_key,
+                                 sleeping)
+    SELECT b.incarnation, b.worker, b.lease, ARRAY(SELECT jsonb_array_elements_text(b.types)),
+           %(channel)s, %(lock_key)s, b.sleeping
+    FROM quick, jsonb_to_recordset(%(batch)s::jsonb)
+         AS b (incarnation text, worker text, lease float8, types jsonb, sleeping integer)
+    ON CONFLICT (incarnation) DO UPDATE
+    SET worker = excluded.worker, lease = excluded.lease, types = excluded.types,
+        channel = excluded.channel, lock_key = excluded.lock_key,
+        sleeping = excluded.sleeping, updated_at = now()
+    RETURNING incarnation
+)
+SELECT count(*) AS written FROM up;
+
+-- name: idle_retire
+-- A runner that stops, or the whole process's (%(incarnation)s NULL): no start leases to
+-- them from this commit on. A start that took the row before waits for it: its
+-- notification goes out first, and the marker after it tells the process it has heard
+-- every start leased to them (stores/_pgoffer.py, retire).
+WITH gone AS (
+    DELETE FROM wf_idle_runners
+    WHERE lock_key = %(lock_key)s
+      AND (%(incarnation)s::text IS NULL OR incarnation = %(incarnation)s::text)
+)
+SELECT pg_notify(%(channel)s, %(marker)s::text);
+
+-- name: offered
+-- The task a start leased to a runner of this process (create_offered), heard: from now
+-- on its runner's heartbeat extends the lease, so its `/o` token (which no heartbeat
+-- extends) becomes one of the runner's own. With its instance, as a claim returns it;
+-- no row when the lease ran out meanwhile and somebody took the task over. Committed
+-- without waiting for the flush: the token is lost only with the server, and with it
+-- every lease a heartbeat could not extend meanwhile.
+WITH quick AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS was
+), heard AS (
+    UPDATE wf_tasks t
+    SET lease_token = split_part(t.lease_token, '/', 1) || '/'
+                      || replace(gen_random_uuid()::text, '-', '')
+    FROM quick
+    WHERE t.instance_id = %(id)s::uuid AND t.slot = '' AND t.lease_owner IS NOT NULL
+      AND t.due_at > now() AND strpos(t.lease_token, '/o') > 0
+    RETURNING t.*
+)
+SELECT heard.*, true AS leased, to_jsonb(i) AS instance
+FROM heard JOIN wf_instances i ON i.id = heard.instance_id;
+
 -- name: create_many
 -- A batch of `create` in one statement: one row per position of the arrays. A known
 -- idempotency key (or one repeated in the batch) yields the existing (or first) id and
@@ -683,6 +813,7 @@ WITH held AS (
     SELECT id FROM wf_tasks
     WHERE lease_owner = %(worker)s AND due_at > now()
       AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
+      AND strpos(lease_token, '/o') = 0  -- a start's lease not yet heard (see `offered`)
     FOR UPDATE SKIP LOCKED
 )
 UPDATE wf_tasks t SET due_at = now() + %(lease)s * interval '1 second'
@@ -700,6 +831,7 @@ WITH held AS (
     FROM wf_tasks
     WHERE lease_owner = %(worker)s AND due_at > now()
     AND (%(mine)s::text IS NULL OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
+    AND strpos(lease_token, '/o') = 0  -- a start's lease not yet heard (see `offered`)
     FOR UPDATE SKIP LOCKED
 ), ext AS (
     UPDATE wf_tasks t

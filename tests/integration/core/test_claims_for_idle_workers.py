@@ -67,8 +67,8 @@ class Watched:
         self.claims.append((kwargs.get("limit", 1), len(got)))
         return got
 
-    def handed_claim(self, claimant: Any) -> Any:
-        got = self._store.handed_claim(claimant)
+    def handed_claim(self, claimant: Any, **kwargs: Any) -> Any:
+        got = self._store.handed_claim(claimant, **kwargs)
         if got is not None:
             self.handed += 1
             time.sleep(self._delay)

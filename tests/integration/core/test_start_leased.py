@@ -155,15 +155,21 @@ def test_starts_made_while_the_runner_idles_run_under_the_start_s_own_lease(
     finally:
         runner.stop()
     for iid in ids:
-        log = store.events(iid)
-        created, started = log[0], log[1]
-        assert (created.event_type, started.event_type) == (Ev.CREATED, Ev.STEP_STARTED)
-        assert started.created_at == created.created_at  # one commit
-        assert started.worker == runner.worker_id
-        kinds = [e.event_type for e in log]
-        assert kinds.count(Ev.STEP_STARTED) == 2
-        assert kinds.count(Ev.STEP_COMPLETED) == 2
-        assert client.verify(iid) == {}
+        assert_ran_under_the_start_s_lease(client, iid, runner.worker_id)
+
+
+def assert_ran_under_the_start_s_lease(client: Client, iid: str, worker: str) -> None:
+    """``iid``, a :class:`Quick`, ran its first step under its start's lease (one commit
+    for WORKFLOW_CREATED and STEP_STARTED, ``worker``'s), each step once."""
+    log = client.history(iid)
+    created, started = log[0], log[1]
+    assert (created.event_type, started.event_type) == (Ev.CREATED, Ev.STEP_STARTED)
+    assert started.created_at == created.created_at  # one commit
+    assert started.worker == worker
+    kinds = [e.event_type for e in log]
+    assert kinds.count(Ev.STEP_STARTED) == 2
+    assert kinds.count(Ev.STEP_COMPLETED) == 2
+    assert client.verify(iid) == {}
 
 
 def test_a_claim_leased_to_a_sleeper_whose_sleep_ran_out_is_released_by_its_runner(

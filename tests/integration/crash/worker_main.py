@@ -14,6 +14,8 @@ process with SIGKILL at the k-th matching call:
 * ``start:kept:k``     after the k-th start this process made and leased to one of its own
   idle workers (``--produce``; PostgreSQL): committed (its first step started), no
   other process told, the worker not yet woken;
+* ``offer:heard:k``   right after this process heard the k-th start another process
+  leased to one of its idle workers (PostgreSQL) and handed it to them;
 * a ``:stop`` suffix sends SIGSTOP instead (see :class:`KillSwitch`).
 
 ``--produce n`` also starts ``n`` Ledgered instances from this process, one every
@@ -171,6 +173,16 @@ def main() -> None:
             keep(sleeper, type_, made=made, claim=claim)
 
         wakeup.keep = killing_keep
+    offers = getattr(store, "_offers", None)
+    if offers is not None:
+        received = offers.received
+
+        def killing_received(payload: str) -> None:
+            received(payload)
+            if not payload.startswith(("retired ", "closed")):  # not a stop's marker
+                switch.hit("offer", "heard")
+
+        offers.received = killing_received
     ledger = open_ledger(args.ledger)
     runner = Runner(
         store,

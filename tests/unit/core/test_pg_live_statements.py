@@ -17,7 +17,7 @@ from statemachine_wf.stores._sql import queries
 # Nobody can watch an instance before it exists (live_watch refuses an unknown id), so a
 # create's WORKFLOW_CREATED needs no notification, nor the STEP_STARTED a leased start
 # writes in the same commit.
-CREATES = {"create", "create_leased", "create_many", "dag_create"}
+CREATES = {"create", "create_leased", "create_offered", "create_many", "dag_create"}
 NOTIFY = "pg_notify(%(live)s"
 # The group commit's events piece is never sent alone: the statements it is part of are
 # checked whole (test_the_grouped_statements_notify_once_and_read_it).

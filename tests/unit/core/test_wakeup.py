@@ -548,3 +548,34 @@ def test_claims_handed_over_beyond_the_sleepers_wait_for_the_next_thread_to_look
     assert wakeup.wait(0.01, ["t.v1"], stranger) is False  # not another runner's
     assert wakeup.wait(30.0, ["t.v1"], RUNNER) is True  # at once
     assert [wakeup.handed(RUNNER) for _ in range(4)] == [*claims, None]
+
+
+def test_a_worker_that_did_not_sleep_takes_only_the_claims_no_sleeper_was_woken_for() -> None:
+    """Three claims, one sleeper woken: a busy worker of the claimant (``spare``) may take
+    the two nobody was woken for, never the woken sleeper's, which it would then claim
+    for on its own."""
+    wakeup = _primed()
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken, RUNNER)
+    claims = [_claim(), _claim(), _claim()]
+    wakeup.hand(RUNNER, claims)
+    host.join(timeout=30)
+    assert woken == [True]
+    assert wakeup.handed(RUNNER, spare=True) is claims[0]
+    assert wakeup.handed(RUNNER, spare=True) is claims[1]
+    assert wakeup.handed(RUNNER, spare=True) is None  # the woken sleeper's
+    assert wakeup.handed(RUNNER) is claims[2]
+    assert wakeup.handed(RUNNER) is None
+
+
+def test_sleeping_and_waking_tell_the_changed_hook_and_asleep_counts_by_claimant() -> None:
+    wakeup = _primed()
+    calls: list[int] = []
+    wakeup.changed = lambda: calls.append(sum(wakeup.asleep().values()))
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken, RUNNER)
+    assert wakeup.asleep() == {RUNNER: 1}
+    wakeup.nudge(["t.v1"])
+    host.join(timeout=30)
+    assert calls == [1, 0]  # asleep, then awake
+    assert wakeup.asleep() == {}
