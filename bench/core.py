@@ -430,6 +430,7 @@ def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any
     spec = dict(spec, app=f"swfbench-{os.getpid()}")
     store = open_store(spec)
     store.migrate()
+    host = spec.get("host", True)  # False: a producer only (an API process), no runner
     observer = None
     if spec.get("metrics"):
         from statemachine_wf.runtime.observe import Observer, WorkerMetrics
@@ -453,14 +454,16 @@ def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any
     t0 = time.perf_counter()
     c0 = time.process_time()
     backends = BackendCPU(spec["dsn"], spec["app"]) if spec["store"] == "pg" else None
-    runner.start()
+    if host:
+        runner.start()
     for i in range(produce):
         client.start(ThreeSteps, {"n": i})
     t_produced = time.perf_counter()
     stop.wait()
     cpu = time.process_time() - c0
     pg_cpu = backends.used() if backends is not None else 0.0
-    runner.stop(timeout=30)
+    if host:
+        runner.stop(timeout=30)
     store.close()
     out: dict[str, Any] = {"t0": t0, "t_produced": t_produced, "cpu": cpu, "pg_cpu": pg_cpu}
     if counted is not None:
@@ -468,14 +471,19 @@ def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any
     return out
 
 
-def run_swf(s: Settings, store: str, procs: int, *, e2e: bool = False) -> Result:
-    tag = f"{store}_{'e2e' if e2e else 'run'}_{procs}p"
+def run_swf(s: Settings, store: str, procs: int, *, e2e: bool = False, api: bool = False) -> Result:
+    """``procs`` runner processes on ``s.n`` three-step workflows: pre-created, or (``e2e``)
+    each process starting its share, or (``api``) a process of its own starting them all,
+    as an API server does (its row is not one of the issue's targets)."""
+    tag = f"{store}_{'api' if api else 'e2e' if e2e else 'run'}_{procs}p"
     spec = _spec(s, store, tag)
     spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
     fresh_store(spec)
     extra: dict[str, Any] = {"concurrency": spec["concurrency"]}
     specs = []
-    if e2e:
+    if api:
+        specs = [dict(spec) for _ in range(procs)] + [dict(spec, produce=s.n, host=False)]
+    elif e2e:
         share = [s.n // procs + (1 if i < s.n % procs else 0) for i in range(procs)]
         specs = [dict(spec, produce=k) for k in share]
     else:
@@ -483,6 +491,8 @@ def run_swf(s: Settings, store: str, procs: int, *, e2e: bool = False) -> Result
         extra["start_per_s"] = s.n / start_s
         specs = [dict(spec) for _ in range(procs)]
     name = f"swf {store} {procs}p" + (" e2e (start+run)" if e2e else "")
+    if api:
+        name = f"swf {store} {procs}p, started by a 5th"  # not "e2e": not the issue's row
     try:
         opened = open_dashboard(spec) if s.dashboard else contextlib.nullcontext({})
         with opened as dash, watcher(spec) as count:
@@ -494,9 +504,10 @@ def run_swf(s: Settings, store: str, procs: int, *, e2e: bool = False) -> Result
         if s.count:
             extra["counts"] = _summed([out.get("counts", {}) for out in outs])
         note = f"conc {spec['concurrency']}/proc"
-        if not e2e:
+        if not e2e and not api:
             note += f"; start() {extra['start_per_s']:.0f}/s"
-        return Result(name, store, "swf", procs, s.n, elapsed, note=note, extra=extra)
+        system = "swf-api" if api else "swf"
+        return Result(name, store, system, procs, s.n, elapsed, note=note, extra=extra)
     finally:
         drop_store(spec)
 
@@ -1035,6 +1046,7 @@ CONFIGS: dict[str, Callable[[Settings], Result]] = {
     "swf-pg-n": lambda s: run_swf(s, "pg", s.procs),
     "e2e-pg-1": lambda s: run_swf(s, "pg", 1, e2e=True),
     "e2e-pg-n": lambda s: run_swf(s, "pg", s.procs, e2e=True),
+    "api-pg-n": lambda s: run_swf(s, "pg", s.procs, api=True),
     "dbos-pg": lambda s: run_dbos(s, "pg"),
     "latency-pg": lambda s: run_latency(s, "pg"),
     "latency-sqlite": lambda s: run_latency(s, "sqlite"),
@@ -1124,7 +1136,7 @@ def table(results: list[Result], s: Settings) -> str:
         vs_dbos = f"{r.steps_per_s / dbos.steps_per_s:.1f}x" if dbos and r.system != "dbos" else ""
         tgt = _goal(r, raw)
         note = r.note
-        if r.system == "swf" and "e2e" in r.name:
+        if (r.system == "swf" and "e2e" in r.name) or r.system == "swf-api":
             same = find(r.store, "raw", r.procs, e2e=True)
             if same is not None and same.steps_per_s > 0:
                 note += f"; vs raw start+run {r.steps_per_s / same.steps_per_s:.2f}"
