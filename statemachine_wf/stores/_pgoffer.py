@@ -167,17 +167,7 @@ class Offers:
                     return  # never asleep here: no row, no start leased to it
                 listening = self._locked
                 self._markers[marker] = heard
-            try:
-                self._write(
-                    "idle_retire",
-                    lock_key=self.lock_key,
-                    incarnation=inc,
-                    channel=self.channel,
-                    marker=marker,
-                )
-            except StoreError as exc:
-                log.debug("retiring runner %s: %s (its row goes with the process)", inc, exc)
-                listening = False
+            listening = self._take_rows(inc, marker) and listening
         if listening:
             heard.wait(timeout)
         with self._mutex:
@@ -195,16 +185,24 @@ class Offers:
         with self._mutex:
             written = bool(self._claimants)
         if written:
-            try:
-                self._write(
-                    "idle_retire",
-                    lock_key=self.lock_key,
-                    incarnation=None,
-                    channel=self.channel,
-                    marker="closed",
-                )
-            except StoreError as exc:
-                log.debug("removing this process's idle runners: %s", exc)
+            self._take_rows(None, "closed")
+
+    def _take_rows(self, incarnation: str | None, marker: str) -> bool:
+        """Delete ``incarnation``'s row (None: every row of this process) and send
+        ``marker`` after the starts that took it; False if the store failed (the rows go
+        with the process's lock)."""
+        try:
+            self._write(
+                "idle_retire",
+                lock_key=self.lock_key,
+                incarnation=incarnation,
+                channel=self.channel,
+                marker=marker,
+            )
+        except StoreError as exc:
+            log.debug("idle runners of this process not deleted: %s", exc)
+            return False
+        return True
 
     # -- the writer thread ---------------------------------------------------------------
     def _run(self) -> None:
@@ -253,6 +251,7 @@ class Offers:
                 channel=self.channel,
             )
             with self._mutex:
-                self._sweep = self._sweep and not sweep
+                if sweep:
+                    self._sweep = False
                 for one in batch:
                     self._written[one["incarnation"]] = one["sleeping"]
