@@ -34,6 +34,10 @@ log = logging.getLogger("statemachine_wf.postgres")
 
 Row = dict[str, Any]
 
+SPARE_WAIT = 0.1
+"""Seconds a start leased to a runner waits for one of its workers when none slept as it
+was heard, before it is handed back for any runner (``Offers._hand``)."""
+
 
 class Offers:
     """``wf_idle_runners`` for one store object's runners, and the starts leased to them.
@@ -44,6 +48,7 @@ class Offers:
             row or None.
         instance: the claimed instance row's record (``SqlStore._checked``).
         gap: the least time between two writes of the rows.
+        spare_wait: how long a start leased here waits for a worker when none slept.
     """
 
     def __init__(
@@ -54,10 +59,12 @@ class Offers:
         instance: Callable[[Any], Any],
         encode: Callable[[Any], Any],
         gap: float = 0.025,
+        spare_wait: float = SPARE_WAIT,
     ) -> None:
         self._wakeup = wakeup
         self._write, self._instance, self._encode = write, instance, encode
         self.gap = gap
+        self.spare_wait = spare_wait
         # A positive bigint no other process draws; the LISTEN connection holds it.
         self.lock_key = secrets.randbits(62) + 1
         self.channel = f"swf_offer_{secrets.token_hex(8)}"
@@ -112,6 +119,14 @@ class Offers:
             log.exception("a start leased to this process: not handed (its lease runs out)")
 
     def _hand(self, payload: str) -> None:
+        """Take the start and hand it to a worker of its runner asleep.
+
+        The runner's row is a hint behind its workers: the one the start counted on may
+        have woken meanwhile. The claim then waits for the next of the runner's workers
+        to look, for up to :attr:`spare_wait` seconds; not taken by then (every worker is
+        in a long step), it is handed back, due at once for any runner, in doubt as after
+        a crash (its STEP_STARTED is in the log), rather than wait minutes for this one
+        while another idles."""
         try:
             # Heard: the lease becomes the runner's own, which its heartbeat extends.
             row = self._write("offered", id=payload)
@@ -139,7 +154,22 @@ class Offers:
             ids = [payload]
             self._write("release", worker=claimant.worker, ids=ids, token=token, mine=mine)
             return
-        self._wakeup.hand(claimant, [claim])
+        if self._wakeup.hand(claimant, [claim]) > 0:
+            timer = threading.Timer(self.spare_wait, self._withdraw, (claimant, claim))
+            timer.daemon = True
+            timer.start()
+
+    def _withdraw(self, claimant: Claimant, claim: Claim) -> None:
+        """Hand ``claim`` back unless a worker of ``claimant`` took it meanwhile."""
+        if not self._wakeup.withdraw(claimant, claim):
+            return
+        mine = claimant.incarnation + "/"
+        ids, token = [claim.instance.id], claim.task.lease_token
+        try:
+            self._write("release", worker=claimant.worker, ids=ids, token=token, mine=mine)
+        except StoreError as exc:
+            # Its lease runs out, and the task is taken over.
+            log.warning("a start leased to this process could not be handed back: %s", exc)
 
     # -- the workers' side --------------------------------------------------------------
     def changed(self) -> None:

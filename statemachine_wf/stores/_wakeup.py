@@ -236,12 +236,12 @@ class Wakeup:
             else:
                 self._sleepers.appendleft(sleeper)
 
-    def hand(self, claimant: Claimant, claims: Sequence[Claim]) -> None:
+    def hand(self, claimant: Claimant, claims: Sequence[Claim]) -> int:
         """Hand ``claims``, leased to ``claimant``'s worker, to its threads asleep: one
         claim a thread woken, the longest sleeps first (the timer holder's is the
         shortest). A claim with no thread asleep for it waits for the next of
         ``claimant``'s threads to look (:meth:`wait` returns at once, then
-        :meth:`handed`)."""
+        :meth:`handed`): how many claims wait so is returned."""
         with self._mutex:
             self._handed.setdefault(claimant, deque()).extend(claims)
             hosts = [sleeper for sleeper in self._sleepers if sleeper.claimant == claimant]
@@ -249,7 +249,9 @@ class Wakeup:
             for sleeper in hosts[: len(claims)]:
                 self._sleepers.remove(sleeper)
                 sleeper.wake()
-            self._spare[claimant] += max(0, len(claims) - len(hosts))
+            spare = max(0, len(claims) - len(hosts))
+            self._spare[claimant] += spare
+            return spare
 
     def handed(self, claimant: Claimant, *, spare: bool = False) -> Claim | None:
         """One claim a start leased to ``claimant`` (see :meth:`keep`) or a claim handed
@@ -269,6 +271,21 @@ class Wakeup:
             elif self._spare[claimant] > len(claims):
                 self._spare[claimant] = len(claims)
             return claim
+
+    def withdraw(self, claimant: Claimant, claim: Claim) -> bool:
+        """Take ``claim`` back from ``claimant`` if none of its threads took it yet (see
+        :meth:`hand`); True if it was still waiting."""
+        with self._mutex:
+            claims = self._handed.get(claimant)
+            if not claims or not any(c is claim for c in claims):
+                return False
+            claims = self._handed[claimant] = deque(c for c in claims if c is not claim)
+            if not claims:
+                del self._handed[claimant]
+                self._spare.pop(claimant, None)
+            else:
+                self._spare[claimant] = min(max(0, self._spare[claimant] - 1), len(claims))
+            return True
 
     def wake_all(self) -> None:
         """Wake every worker: those asleep now, and every other at its next wait."""

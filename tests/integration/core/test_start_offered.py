@@ -4,8 +4,9 @@ Each store object stands for a process here: its own LISTEN connection, channel 
 advisory lock. A start due now that no worker of its own store object takes looks in
 ``wf_idle_runners`` (migration 023) for a runner of its type with a worker asleep, leases
 the task to that runner in its own commit (its first step started) and tells that
-process alone; the runner runs it with no claim (docs/architecture.md, "A start leased
-to a runner of another process"). The SIGKILL case is in
+process alone; the runner runs it with no claim, or hands it back when none of its
+workers sleeps any more and none looks within a moment (docs/architecture.md, "A start
+leased to a runner of another process"). The SIGKILL case is in
 ``tests/integration/crash/test_crash_offered_start.py``.
 """
 
@@ -185,7 +186,35 @@ def test_a_start_leased_to_a_runner_that_stops_before_running_it_is_released(
     assert not claim.started  # in doubt: its attempt 1 is in the log
 
 
-ORDER: list[int] = []  # the inputs of Slow's steps, in the order they ran
+def test_a_start_leased_to_a_runner_whose_workers_are_all_busy_is_handed_back(
+    pg_store: PostgresStore, other: PostgresStore, admin: psycopg.Connection[Any]
+) -> None:
+    """The row said a worker slept, none did, and none of the runner's workers looks
+    within ``spare_wait``: the runner's process hands the start back, due at once and
+    told to every process, its first attempt counted (in doubt, as after a crash)."""
+    runner = Runner(pg_store, [Quick], options=RunnerOptions(concurrency=1))
+    Sleeper(pg_store, [Quick.workflow_type], runner._claimant, timeout=0.2).join()
+    until(lambda: _asleep(admin, runner.incarnation) == 0)
+    admin.execute(
+        "UPDATE wf_idle_runners SET sleeping = 1 WHERE incarnation = %s", (runner.incarnation,)
+    )
+    iid = Client(other, [Quick]).start(Quick, In(n=1))
+    heard = time.monotonic()
+    until(lambda: _task(admin, iid)[0] is None)  # handed back
+    assert time.monotonic() - heard >= 0.1  # after spare_wait, not at once
+    owner, token, in_flight, _ = _task(admin, iid)
+    assert (owner, in_flight) == (None, True)
+    assert token.startswith(f"{runner.incarnation}/")
+    assert "/o" not in token  # it was heard
+    assert pg_store.handed_claim(runner._claimant) is None  # taken back from the runner
+    assert other.next_due(types=[Quick.workflow_type]) == 0
+    [claim] = other.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
+    assert claim.instance.id == iid
+    assert not claim.started  # in doubt: its attempt 1 is in the log
+    runner.stop()
+
+
+ORDER: list[int] = []  # the inputs of Slow's and Long's steps, in the order they ran
 ORDER_LOCK = threading.Lock()
 
 
@@ -230,6 +259,61 @@ def test_a_start_leased_to_a_busy_runner_runs_before_the_work_it_keeps_claiming(
         until(lambda: all(client.get(i).status == Status.COMPLETED for i in backlog))
     finally:
         runner.stop()
+
+
+class Long(Workflow[In, BaseModel]):
+    workflow_type = "t.offered.long.v1"
+
+    @step(initial=True, to=COMPLETED)
+    def first(self, ctx: StepContext[In, BaseModel]) -> None:
+        with ORDER_LOCK:
+            ORDER.append(ctx.input.n)
+        time.sleep(0.5)
+
+
+def test_a_start_leased_to_a_busy_runner_is_run_by_an_idle_runner_of_another_process(
+    pg_dsn: str,
+    pg_schema: str,
+    pg_store: PostgresStore,
+    other: PostgresStore,
+    admin: psycopg.Connection[Any],
+) -> None:
+    """Leased to a runner whose one worker is in a long step (the hint behind), the
+    start does not wait for that step: once ``spare_wait`` passed, its process hands it
+    back and the idle runner of a third process runs it, while the busy runner is still
+    at its backlog."""
+    ORDER.clear()
+    producer = PostgresStore(pg_dsn, schema=pg_schema)
+    busy = Runner(pg_store, [Long, Quick], options=RunnerOptions(concurrency=1))
+    idle = Runner(other, [Quick], options=RunnerOptions(concurrency=1, idle_poll=60))
+    try:
+        client = Client(producer, [Long, Quick])
+        backlog = [client.start(Long, In(n=n)) for n in range(4)]
+        Sleeper(pg_store, [Long.workflow_type], busy._claimant, timeout=0.2).join()
+        until(lambda: _asleep(admin, busy.incarnation) == 0)  # the busy runner's row
+        busy.start()
+        idle.start()
+        until(lambda: len(ORDER) >= 1)  # in its first long step
+        until(lambda: _asleep(admin, idle.incarnation) == 1)
+        admin.execute(
+            "UPDATE wf_idle_runners SET sleeping = 5 WHERE incarnation = %s",
+            (busy.incarnation,),
+        )
+        iid = client.start(Quick, In(n=1000))
+        until(lambda: client.get(iid).status == Status.COMPLETED)
+        with ORDER_LOCK:
+            assert len(ORDER) < len(backlog)  # the backlog is not done
+        started = [e for e in client.history(iid) if e.event_type == Ev.STEP_STARTED]
+        assert [(e.worker, e.attempt) for e in started[:2]] == [
+            (busy.worker_id, 1),  # the start's own commit, for the busy runner
+            (idle.worker_id, 2),  # handed back, in doubt, and run by the idle one
+        ]
+        assert client.verify(iid) == {}
+        until(lambda: all(client.get(i).status == Status.COMPLETED for i in backlog), 10)
+    finally:
+        busy.stop()
+        idle.stop()
+        producer.close()
 
 
 def test_a_process_that_finds_its_lock_held_after_a_reconnect_takes_another(

@@ -62,7 +62,9 @@ def test_a_runner_killed_right_after_hearing_a_start_leased_to_it_loses_nothing(
                 # the next attempt once the lease ran out.
                 assert firsts[iid] == [("offer-victim", 1), ("offer-bystander", 2)]
             for iid in ids[killed_at:]:
-                assert [w for w, _ in firsts[iid]] == ["offer-bystander"], (
+                # Once or twice: a start leased to the bystander while its workers were
+                # busy is handed back after Offers.spare_wait and claimed again, in doubt.
+                assert {w for w, _ in firsts[iid]} == {"offer-bystander"}, (
                     "a start after the kill went to the dead runner"
                 )
             kids.terminate(bystander)

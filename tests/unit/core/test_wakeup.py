@@ -579,3 +579,22 @@ def test_sleeping_and_waking_tell_the_changed_hook_and_asleep_counts_by_claimant
     host.join(timeout=30)
     assert calls == [1, 0]  # asleep, then awake
     assert wakeup.asleep() == {}
+
+
+def test_a_claim_no_thread_took_can_be_withdrawn_once() -> None:
+    """``hand`` says how many of its claims no thread was woken for; such a claim can be
+    taken back (a start another process leased to a runner whose workers stay busy),
+    once, and then no thread gets it."""
+    wakeup = _primed()
+    woken: list[bool] = []
+    host = _sleeper(wakeup, ["t.v1"], woken, RUNNER)
+    first, second = _claim(), cast(Claim, object())
+    assert wakeup.hand(RUNNER, [first, second]) == 1  # one thread asleep
+    host.join(timeout=30)
+    assert woken == [True]
+    assert wakeup.withdraw(RUNNER, second)
+    assert not wakeup.withdraw(RUNNER, second)  # once
+    assert wakeup.handed(RUNNER, spare=True) is None  # the woken thread's claim is not spare
+    assert wakeup.handed(RUNNER) is first
+    assert not wakeup.withdraw(RUNNER, first)  # taken already
+    assert wakeup.handed(RUNNER) is None
