@@ -267,6 +267,12 @@ class TaskQueue(Protocol):
         that did not wait: it takes it before it claims."""
         ...
 
+    def starts_made(self) -> int:
+        """How many starts were made through this store object so far. A runner whose
+        process makes none gets its work from other processes (handed to its workers
+        asleep, on PostgreSQL), and its instances' ends claim nothing then."""
+        ...
+
     def hand_over(self, claimant: Claimant, claims: Sequence[Claim]) -> None:
         """Give ``claims``, which a claim of ``claimant``'s worker leased, to its workers
         waiting in :meth:`wait_for_work`: one claim wakes one of them, which runs it from

@@ -4,6 +4,7 @@ The other idle workers sleep until a wake-up or the safety poll (``idle_poll``),
 timer wakes one thread, not the whole pool. The holder that claims work passes the baton
 (``nudge``) and the next idle worker takes the timer over (``Runner._pass_baton``).
 Only the runner's worker threads call this; each keeps its own part in a thread-local.
+:class:`WorkerState` is the rest of what a worker thread keeps between two claims.
 """
 
 from __future__ import annotations
@@ -95,3 +96,23 @@ class Idle:
                 self._timer = (None, 0.0)
                 held = True
         return held
+
+
+ALONE_ABOVE = 0.75
+"""A runner whose instances' last commits claimed nothing more often than this (a moving
+average) ends its instances without a claim (``Runner._drive_machine``)..."""
+
+PROBE = 8
+"""...except one in this many, which claims all the same: the average follows the load."""
+
+OWN_STARTS = 1.0
+"""...and only once its process made no start for this many seconds: a start made while
+a claim of its type is under way is left to that claim ("A start held in its process")."""
+
+
+class WorkerState(threading.local):
+    """What a worker thread carries from one instance to its next claim (defaults)."""
+
+    skip_claim = False  # the commit that ended its last instance found nothing due
+    nudge = False  # a baton its claim held back (Runner._deferred_nudge)
+    look_first = False  # that commit claimed nothing: next_due before a claim

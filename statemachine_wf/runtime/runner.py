@@ -42,7 +42,7 @@ from ..errors import (
 )
 from . import handback, observe
 from .driver import MachineDriver, NextClaim
-from .idle import Idle
+from .idle import ALONE_ABOVE, OWN_STARTS, PROBE, Idle, WorkerState
 from .observe import NOOP, Observer
 from .operations import engine
 from .twins import release_dead_twins
@@ -110,12 +110,13 @@ class Runner:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._startup: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._local = threading.local()
+        self._local = WorkerState()
         self._busy = 0
         self._busy_lock = threading.Lock()  # guards _busy, _given and _resting
         self._given: set[int] = set()  # tasks handed to idle workers, not yet taken
         self._resting = 0  # workers in _sleep
         self._idle = Idle(self.opts.idle_poll)  # which idle worker holds the timer
+        self._drives, self._made, self._made_at, self._fused_empty = 0, 0, 0.0, 0.0
         self.driver = MachineDriver(
             store,
             worker_id=self.worker_id,
@@ -334,15 +335,18 @@ class Runner:
                 # it as its last worker woke waits for no worker to sleep (_pgoffer.py).
                 handed = self.store.handed_claim(self._claimant, spare=True)
                 if handed is None:
-                    with self._busy_claiming():
-                        if claims := self._claim():
-                            self._hand_over(claims[1:])
-                            self._pass_baton(claims)
-                            self._run_handing(claims[0], startup=False)
-                            self._deferred_nudge()  # if no commit passed it on
+                    asked, due = self._look_first()
+                    claims: list[Claim] = []
+                    if due is not None and due <= 0:
+                        with self._busy_claiming():
+                            if claims := self._claim():
+                                self._hand_over(claims[1:])
+                                self._pass_baton(claims)
+                                self._run_handing(claims[0], startup=False)
+                                self._deferred_nudge()  # if no commit passed it on
+                            else:
+                                asked, due = self._look_first(look=True)
                     if not claims:
-                        asked = time.monotonic()
-                        due = self.store.next_due(types=self.types, dag_types=self.dag_types)
                         wait = self._idle.wait(due, asked)
                         handed = self._sleep(wait) if wait > 0 else None
                 while handed is not None:  # a start's, or handed over (_hand_over)
@@ -360,6 +364,14 @@ class Runner:
                 log.exception("worker loop error (continuing)")
                 self._stopping.wait(0.5)
         self.driver.close_loop()
+
+    def _look_first(self, *, look: bool = False) -> tuple[float, float | None]:
+        """When it was asked (monotonic) and what ``next_due`` says, if ``look`` or the
+        worker's last instance ended with no claim; else due now (a claim goes first)."""
+        asked, look = time.monotonic(), look or self._local.look_first
+        self._local.look_first = False
+        due = self.store.next_due(types=self.types, dag_types=self.dag_types) if look else 0.0
+        return asked, due
 
     def _sleep(self, wait: float) -> Claim | None:
         """Sleep up to ``wait`` s, or the safety poll if displaced as the timer holder; a
@@ -448,12 +460,12 @@ class Runner:
 
     def _skip_claim(self) -> bool:
         """Whether the commit that ended this worker's last instance found nothing due."""
-        skip, self._local.skip_claim = getattr(self._local, "skip_claim", False), False
-        return bool(skip)
+        skip, self._local.skip_claim = self._local.skip_claim, False
+        return skip
 
     def _deferred_nudge(self) -> None:
         """Pass on the baton this worker's claim held back, if it still holds it."""
-        if getattr(self._local, "nudge", False):
+        if self._local.nudge:
             self._local.nudge = False
             self.store.nudge(types=self._hosted, covered=False)
 
@@ -542,11 +554,24 @@ class Runner:
             self._cannot_run(claim)
             return None
         # The commit that ends the instance claims this worker's next task, one commit for
-        # two; not while start-up instances are queued (they go first: see _work).
-        take = self._take_next if self._startup.empty() else None
+        # two; not while start-up instances are queued (they go first: see _work). Nor
+        # while most such claims find nothing and this process made no start for a while
+        # (its work comes as starts other processes lease to its workers asleep): an
+        # ending alone costs the server less than one with an empty claim, and the worker
+        # asks next_due before it claims. (A process's own starts are left to a claim
+        # under way: "A start held in its process", docs/architecture.md.)
+        now, made = time.monotonic(), self.store.starts_made()
+        if made != self._made:  # a start made here since the last look
+            self._made, self._made_at = made, now
+        self._drives += 1
+        alone = now - self._made_at > OWN_STARTS and self._fused_empty > ALONE_ABOVE
+        alone = alone and self._drives % PROBE != 0
+        take = self._take_next if self._startup.empty() and not alone else None
         taken = self.driver.drive(claim, cls, startup=startup, take_next=take)
+        self._local.look_first = alone
         if taken is None:
             return None
+        self._fused_empty += (float(not taken) - self._fused_empty) / PROBE
         self._local.skip_claim = not taken  # it saw nothing due: no second claim at once
         self._pass_baton(taken)
         return taken[0] if taken else None

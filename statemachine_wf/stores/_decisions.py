@@ -57,6 +57,10 @@ class SqlStore(SqlReads):
     # runner asleep (an offer no runner takes costs the start 30% more of the server's
     # CPU: bench/README.md, "Session 45").
     _unoffered_until = 0.0
+    _starts = 0  # made through this store object (starts_made)
+
+    def starts_made(self) -> int:
+        return self._starts
 
     def retire(self, claimant: Claimant) -> None:
         """A runner stops (``Store.retire``): nothing here leases starts across
@@ -474,6 +478,7 @@ class SqlStore(SqlReads):
         it with no claim of its own (docs/architecture.md, "A start kept in its
         process"). ``notify``: whether PostgreSQL's statement tells the other processes
         (SQLite's watchers hear every commit; its statements ignore it)."""
+        self._starts += 1
         if not due_now:
             row = self._write_one(name, **params, notify=True)
             if row is not None:

@@ -53,6 +53,7 @@ class PostgresStore(PgGrouped):
 
     # -- producers --------------------------------------------------------------------
     def _create_batch(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
+        self._starts += 1
         params = {
             "ids": [n.id for n in news],
             "types": [n.type for n in news],

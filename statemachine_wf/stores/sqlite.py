@@ -33,6 +33,7 @@ class SQLiteStore(SQLiteConnections):
 
     # -- producers --------------------------------------------------------------------
     def _create_batch(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
+        self._starts += 1
         # The create script per item, in one transaction: a key already taken (stored, or
         # earlier in this batch) inserts nothing and yields the id that holds it.
         now = time.time()

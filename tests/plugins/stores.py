@@ -84,6 +84,17 @@ def pg_store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
 
 
 @pytest.fixture
+def pg_other_store(pg_dsn: str, pg_schema: str, pg_store: PostgresStore) -> Iterator[PostgresStore]:
+    """A second store object on ``pg_store``'s schema: another process, as far as its
+    LISTEN connection, its channel and the starts leased across processes go."""
+    from statemachine_wf.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_dsn, schema=pg_schema)
+    yield store
+    store.close()
+
+
+@pytest.fixture
 def sqlite_store(sqlite_path: str) -> Iterator[SQLiteStore]:
     s = SQLiteStore(sqlite_path)
     s.migrate()

@@ -47,16 +47,6 @@ RUNNER = Claimant("runner-1", 30.0, "host:1:abc", frozenset({TYPE}))
 
 
 @pytest.fixture
-def other(pg_dsn: str, pg_schema: str, pg_store: PostgresStore) -> Iterator[PostgresStore]:
-    """A second store object on the schema: another process, as far as offers go."""
-    store = PostgresStore(pg_dsn, schema=pg_schema)
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-@pytest.fixture
 def admin(pg_dsn: str, pg_schema: str) -> Iterator[psycopg.Connection[Any]]:
     conn = psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={pg_schema}")
     try:
@@ -87,7 +77,7 @@ def _new() -> NewInstance:
 
 
 def test_a_start_is_leased_to_a_worker_asleep_in_another_process(
-    pg_store: PostgresStore, other: PostgresStore, admin: psycopg.Connection[Any]
+    pg_store: PostgresStore, pg_other_store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
     """The start's commit is the claim of the other process's worker: the first step
     started, the task in flight under a token of the claimant's incarnation; that
@@ -95,7 +85,7 @@ def test_a_start_is_leased_to_a_worker_asleep_in_another_process(
     sleeper = Sleeper(pg_store, [TYPE], RUNNER)
     until(lambda: _asleep(admin, RUNNER.incarnation) == 1)
     new = _new()
-    assert other.create(new) == (new.id, True)
+    assert pg_other_store.create(new) == (new.id, True)
     assert sleeper.join()[0]  # woken by the hand-over
     claim = pg_store.handed_claim(RUNNER)
     assert claim is not None
@@ -110,12 +100,12 @@ def test_a_start_is_leased_to_a_worker_asleep_in_another_process(
     assert [e.event_type for e in log] == [Ev.CREATED, Ev.STEP_STARTED]
     assert log[1].worker == "runner-1"
     assert log[1].created_at == log[0].created_at  # one commit
-    assert other.handed_claim(RUNNER) is None  # nothing of it in the starting process
+    assert pg_other_store.handed_claim(RUNNER) is None  # nothing of it in the starting process
     assert Client(pg_store).verify(new.id) == {}
 
 
 def test_no_start_is_leased_to_a_runner_whose_process_is_gone(
-    pg_store: PostgresStore, other: PostgresStore, admin: psycopg.Connection[Any]
+    pg_store: PostgresStore, pg_other_store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
     """A row whose advisory lock nobody holds (its process was killed) is passed over:
     the start is made as it is without offers, for any runner to claim; the next
@@ -126,9 +116,9 @@ def test_no_start_is_leased_to_a_runner_whose_process_is_gone(
         (TYPE,),
     )
     new = _new()
-    assert other.create(new) == (new.id, True)
+    assert pg_other_store.create(new) == (new.id, True)
     assert _task(admin, new.id) == (None, None, False, "PENDING")
-    assert other.next_due(types=[TYPE]) == 0
+    assert pg_other_store.next_due(types=[TYPE]) == 0
     assert _asleep(admin, "dead:1:x") == 5  # not counted off either
     Sleeper(pg_store, [TYPE], RUNNER)
     until(lambda: _asleep(admin, "dead:1:x") is None)  # swept by the first write
@@ -136,14 +126,14 @@ def test_no_start_is_leased_to_a_runner_whose_process_is_gone(
 
 
 def test_an_idle_runner_runs_starts_of_another_process_under_their_own_lease(
-    pg_store: PostgresStore, other: PostgresStore, admin: psycopg.Connection[Any]
+    pg_store: PostgresStore, pg_other_store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
     """Ten starts made through another store object while the runner idles: each one's
     first STEP_STARTED is in the start's commit, for the runner's worker; each step runs
     once. Stopped, the runner takes its row away: a start after that is not leased."""
     options = RunnerOptions(concurrency=2, idle_poll=60, reconcile_on_start=False)
     runner = Runner(pg_store, [Quick], options=options)
-    client = Client(other, [Quick])
+    client = Client(pg_other_store, [Quick])
     runner.start()
     try:
         ids = []
@@ -161,7 +151,7 @@ def test_an_idle_runner_runs_starts_of_another_process_under_their_own_lease(
 
 
 def test_a_start_leased_to_a_runner_that_stops_before_running_it_is_released(
-    pg_store: PostgresStore, other: PostgresStore, admin: psycopg.Connection[Any]
+    pg_store: PostgresStore, pg_other_store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
     """The row said a worker slept (a hint a few milliseconds behind), none did: the
     start is handed to the runner all the same, and the runner, stopping, hears every
@@ -173,21 +163,21 @@ def test_a_start_leased_to_a_runner_that_stops_before_running_it_is_released(
     admin.execute(
         "UPDATE wf_idle_runners SET sleeping = 1 WHERE incarnation = %s", (runner.incarnation,)
     )
-    iid = Client(other, [Quick]).start(Quick, In(n=1))
+    iid = Client(pg_other_store, [Quick]).start(Quick, In(n=1))
     assert _task(admin, iid)[:1] == (runner.worker_id,)
     runner.stop()  # never started: no worker ever looks
     assert _asleep(admin, runner.incarnation) is None
     assert pg_store.handed_claim(runner._claimant) is None
     owner, _, in_flight, _ = _task(admin, iid)
     assert (owner, in_flight) == (None, True)
-    assert other.next_due(types=[Quick.workflow_type]) == 0
-    [claim] = other.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
+    assert pg_other_store.next_due(types=[Quick.workflow_type]) == 0
+    [claim] = pg_other_store.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
     assert claim.instance.id == iid
     assert not claim.started  # in doubt: its attempt 1 is in the log
 
 
 def test_a_start_leased_to_a_runner_whose_workers_are_all_busy_is_handed_back(
-    pg_store: PostgresStore, other: PostgresStore, admin: psycopg.Connection[Any]
+    pg_store: PostgresStore, pg_other_store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
     """The row said a worker slept, none did, and none of the runner's workers looks
     within ``spare_wait``: the runner's process hands the start back, due at once and
@@ -198,7 +188,7 @@ def test_a_start_leased_to_a_runner_whose_workers_are_all_busy_is_handed_back(
     admin.execute(
         "UPDATE wf_idle_runners SET sleeping = 1 WHERE incarnation = %s", (runner.incarnation,)
     )
-    iid = Client(other, [Quick]).start(Quick, In(n=1))
+    iid = Client(pg_other_store, [Quick]).start(Quick, In(n=1))
     heard = time.monotonic()
     until(lambda: _task(admin, iid)[0] is None)  # handed back
     assert time.monotonic() - heard >= 0.1  # after spare_wait, not at once
@@ -207,8 +197,8 @@ def test_a_start_leased_to_a_runner_whose_workers_are_all_busy_is_handed_back(
     assert token.startswith(f"{runner.incarnation}/")
     assert "/o" not in token  # it was heard
     assert pg_store.handed_claim(runner._claimant) is None  # taken back from the runner
-    assert other.next_due(types=[Quick.workflow_type]) == 0
-    [claim] = other.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
+    assert pg_other_store.next_due(types=[Quick.workflow_type]) == 0
+    [claim] = pg_other_store.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
     assert claim.instance.id == iid
     assert not claim.started  # in doubt: its attempt 1 is in the log
     runner.stop()
@@ -218,24 +208,28 @@ ORDER: list[int] = []  # the inputs of Slow's and Long's steps, in the order the
 ORDER_LOCK = threading.Lock()
 
 
+def _ran(n: int, seconds: float) -> None:
+    with ORDER_LOCK:
+        ORDER.append(n)
+    time.sleep(seconds)
+
+
 class Slow(Workflow[In, BaseModel]):
     workflow_type = "t.offered.slow.v1"
 
     @step(initial=True, to=COMPLETED)
     def first(self, ctx: StepContext[In, BaseModel]) -> None:
-        with ORDER_LOCK:
-            ORDER.append(ctx.input.n)
-        time.sleep(0.02)
+        _ran(ctx.input.n, 0.02)
 
 
 def test_a_start_leased_to_a_busy_runner_runs_before_the_work_it_keeps_claiming(
-    pg_store: PostgresStore, other: PostgresStore, admin: psycopg.Connection[Any]
+    pg_store: PostgresStore, pg_other_store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
     """Leased to a runner whose one worker is busy (the hint behind), the start is run
     when that worker's step is done, before it claims the next of a backlog: a worker
     takes what was handed to it first, and never starves it while claims find work."""
     ORDER.clear()
-    client = Client(other, [Slow])
+    client = Client(pg_other_store, [Slow])
     backlog = [client.start(Slow, In(n=n)) for n in range(40)]
     options = RunnerOptions(concurrency=1, reconcile_on_start=False)
     runner = Runner(pg_store, [Slow], options=options)
@@ -266,16 +260,14 @@ class Long(Workflow[In, BaseModel]):
 
     @step(initial=True, to=COMPLETED)
     def first(self, ctx: StepContext[In, BaseModel]) -> None:
-        with ORDER_LOCK:
-            ORDER.append(ctx.input.n)
-        time.sleep(0.5)
+        _ran(ctx.input.n, 0.5)
 
 
 def test_a_start_leased_to_a_busy_runner_is_run_by_an_idle_runner_of_another_process(
     pg_dsn: str,
     pg_schema: str,
     pg_store: PostgresStore,
-    other: PostgresStore,
+    pg_other_store: PostgresStore,
     admin: psycopg.Connection[Any],
 ) -> None:
     """Leased to a runner whose one worker is in a long step (the hint behind), the
@@ -285,7 +277,7 @@ def test_a_start_leased_to_a_busy_runner_is_run_by_an_idle_runner_of_another_pro
     ORDER.clear()
     producer = PostgresStore(pg_dsn, schema=pg_schema)
     busy = Runner(pg_store, [Long, Quick], options=RunnerOptions(concurrency=1))
-    idle = Runner(other, [Quick], options=RunnerOptions(concurrency=1, idle_poll=60))
+    idle = Runner(pg_other_store, [Quick], options=RunnerOptions(concurrency=1, idle_poll=60))
     try:
         client = Client(producer, [Long, Quick])
         backlog = [client.start(Long, In(n=n)) for n in range(4)]
@@ -317,7 +309,7 @@ def test_a_start_leased_to_a_busy_runner_is_run_by_an_idle_runner_of_another_pro
 
 
 def test_a_process_that_finds_its_lock_held_after_a_reconnect_takes_another(
-    pg_store: PostgresStore, other: PostgresStore, admin: psycopg.Connection[Any]
+    pg_store: PostgresStore, pg_other_store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
     """The LISTEN connection is lost and its lock is held still when it is back (the old
     backend not yet gone, as after a network cut): the process takes a new key, writes
@@ -338,7 +330,7 @@ def test_a_process_that_finds_its_lock_held_after_a_reconnect_takes_another(
         ).fetchone()
         assert row == (pg_store._offers.lock_key,)  # type: ignore[union-attr]
         new = _new()
-        other.create(new)
+        pg_other_store.create(new)
         assert sleeper.join()[0]
         claim = pg_store.handed_claim(RUNNER)
         assert claim is not None
@@ -349,7 +341,7 @@ def test_a_process_that_finds_its_lock_held_after_a_reconnect_takes_another(
 
 def test_a_start_its_runner_never_heard_of_is_taken_over_once_its_lease_runs_out(
     pg_store: PostgresStore,
-    other: PostgresStore,
+    pg_other_store: PostgresStore,
     admin: psycopg.Connection[Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -364,13 +356,13 @@ def test_a_start_its_runner_never_heard_of_is_taken_over_once_its_lease_runs_out
     lost = _new()
     Sleeper(pg_store, [TYPE], short)
     until(lambda: _asleep(admin, short.incarnation) == 1)
-    other.create(lost)
+    pg_other_store.create(lost)
     owner, token, in_flight, status = _task(admin, lost.id)
     assert (owner, in_flight, status) == ("runner-1", True, "RUNNING")
     assert token.startswith("host:1:abc/o")
     assert pg_store.heartbeat(worker="runner-1", lease=0.5, incarnation=short.incarnation) == 0
     time.sleep(0.6)
-    [claim] = other.claim(worker="w", types=[TYPE], lease=30.0)
+    [claim] = pg_other_store.claim(worker="w", types=[TYPE], lease=30.0)
     assert claim.instance.id == lost.id
     assert not claim.started  # in doubt: its attempt 1 is in the log
 
@@ -378,6 +370,6 @@ def test_a_start_its_runner_never_heard_of_is_taken_over_once_its_lease_runs_out
     Sleeper(pg_store, [TYPE], short)  # the row says 0 since the lost start: now 2
     until(lambda: _asleep(admin, short.incarnation) == 2)
     heard = _new()
-    other.create(heard)
+    pg_other_store.create(heard)
     until(lambda: pg_store.handed_claim(short) is not None)
     assert pg_store.heartbeat(worker="runner-1", lease=0.5, incarnation=short.incarnation) == 1
