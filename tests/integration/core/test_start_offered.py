@@ -227,8 +227,12 @@ def test_a_start_leased_to_a_busy_runner_runs_before_the_work_it_keeps_claiming(
 ) -> None:
     """Leased to a runner whose one worker is busy (the hint behind), the start is run
     when that worker's step is done, before it claims the next of a backlog: a worker
-    takes what was handed to it first, and never starves it while claims find work."""
+    takes what was handed to it first, and never starves it while claims find work
+    (within ``spare_wait``, here long enough for a slow machine's step)."""
     ORDER.clear()
+    offers = pg_store._offers
+    assert offers is not None
+    offers.spare_wait = 30.0
     client = Client(pg_other_store, [Slow])
     backlog = [client.start(Slow, In(n=n)) for n in range(40)]
     options = RunnerOptions(concurrency=1, reconcile_on_start=False)
@@ -317,11 +321,15 @@ def test_a_process_that_finds_its_lock_held_after_a_reconnect_takes_another(
     Sleeper(pg_store, [TYPE], RUNNER, timeout=0.2).join()
     until(lambda: _asleep(admin, RUNNER.incarnation) == 0)
     key = pg_store._offers.lock_key  # type: ignore[union-attr]
+    epoch = pg_store._wakeup._epoch
     [pid] = listen_pids(admin, pg_store.channel)
     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
     admin.execute("SELECT pg_advisory_lock(%s)", (key,))  # once the old backend is gone
     try:
         until(lambda: listen_pids(admin, pg_store.channel) not in ([], [pid]))
+        # The watcher wakes every thread when it loses the connection and once it listens
+        # again (a thread's next wait returns at once): the sleeper below must come after.
+        until(lambda: pg_store._wakeup._epoch >= epoch + 2)
         assert pg_store._offers.lock_key != key  # type: ignore[union-attr]
         sleeper = Sleeper(pg_store, [TYPE], RUNNER)
         until(lambda: _asleep(admin, RUNNER.incarnation) == 1)
