@@ -569,24 +569,35 @@ SELECT :id AS id WHERE changes() = 1;
 -- Among tasks of one priority, those of an instance no runner holds a lease on come first:
 -- each commit on an instance is a CAS on its version, and a runner in another process
 -- commits on a view its own commits did not update, so several processes' workers on one
--- fan-out lost about two CASes per node (a read and a commit again each). The pick looks
--- :limit + 128 tasks down the index for one, so a fan-out's hundred branches do not hide
--- the next instance, and reads the held instances once (an IN list off wf_tasks_leased):
--- probed per candidate, a claim cost 1.5 ms with 300 leases held (bench/README.md, "DAG
--- claims: an idle instance first").
+-- fan-out lost about two CASes per node (a read and a commit again each). The pick ranks
+-- the first :limit + 128 tasks down the index, and adds the first :limit further down (at
+-- most 1,024) of instances nobody holds: ten fan-outs of a hundred branches showed a
+-- window of 129 only two instances, and four processes' workers converged on those
+-- (bench/README.md, "Session 47"). The walk stops at its first idle instance; with every
+-- instance held, a claim reads 1,024 index entries (about 0.5 ms). The held instances are
+-- read once (an IN list off wf_tasks_leased): probed per candidate, a claim cost 1.5 ms
+-- with 300 leases held (bench/README.md, "DAG claims: an idle instance first").
 UPDATE wf_tasks
 SET lease_owner = :worker, lease_token = :token, due_at = :now + :lease,
     attempt = attempt + 1, in_flight = 1
-WHERE id IN (SELECT t2.id FROM json_each(:types) AS j CROSS JOIN wf_tasks AS t2
-             WHERE t2.id IN (  -- per type, as claim's pick: an index walk, no sort
-                 SELECT w.id FROM wf_tasks AS w INDEXED BY wf_tasks_type_pick
-                 WHERE w.type = j.value AND w.due_at <= :now AND w.kind = 'dag'
-                 ORDER BY w.priority, w.due_at LIMIT :limit + 128)
-             ORDER BY t2.priority,
-                      t2.instance_id IN (SELECT s.instance_id
-                                         FROM wf_tasks AS s INDEXED BY wf_tasks_leased
-                                         WHERE s.lease_owner IS NOT NULL AND s.due_at > :now),
-                      t2.due_at
+WHERE id IN (WITH held AS (SELECT s.instance_id
+                            FROM wf_tasks AS s INDEXED BY wf_tasks_leased
+                            WHERE s.lease_owner IS NOT NULL AND s.due_at > :now)
+             SELECT t2.id FROM json_each(:types) AS j CROSS JOIN wf_tasks AS t2
+             WHERE t2.id IN (  -- per type, as claim's pick: index walks, no sort
+                 SELECT id FROM (SELECT w.id FROM wf_tasks AS w INDEXED BY wf_tasks_type_pick
+                                 WHERE w.type = j.value AND w.due_at <= :now
+                                   AND w.kind = 'dag'
+                                 ORDER BY w.priority, w.due_at LIMIT :limit + 128)
+                 UNION ALL  -- further down: the first of instances nobody holds
+                 SELECT id FROM (SELECT f.id
+                                 FROM (SELECT v.id, v.instance_id
+                                       FROM wf_tasks AS v INDEXED BY wf_tasks_type_pick
+                                       WHERE v.type = j.value AND v.due_at <= :now
+                                         AND v.kind = 'dag'
+                                       ORDER BY v.priority, v.due_at LIMIT 1024) AS f
+                                 WHERE f.instance_id NOT IN held LIMIT :limit))
+             ORDER BY t2.priority, t2.instance_id IN held, t2.due_at
              LIMIT :limit);
 INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, worker,
                                  created_at)
