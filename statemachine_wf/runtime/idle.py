@@ -105,6 +105,9 @@ average) ends its instances without a claim (``Runner._drive_machine``)..."""
 PROBE = 8
 """...except one in this many, which claims all the same: the average follows the load."""
 
+EMPTY_WEIGHT = 1 / 8
+"""The weight of an ending's claim in that moving average (about its last eight)."""
+
 OWN_STARTS = 1.0
 """...and only once its process made no start for this many seconds: a start made while
 a claim of its type is under way is left to that claim ("A start held in its process")."""

@@ -42,7 +42,7 @@ from ..errors import (
 )
 from . import handback, observe
 from .driver import MachineDriver, NextClaim
-from .idle import ALONE_ABOVE, OWN_STARTS, PROBE, Idle, WorkerState
+from .idle import ALONE_ABOVE, EMPTY_WEIGHT, OWN_STARTS, PROBE, Idle, WorkerState
 from .observe import NOOP, Observer
 from .operations import engine
 from .twins import release_dead_twins
@@ -571,7 +571,7 @@ class Runner:
         self._local.look_first = alone
         if taken is None:
             return None
-        self._fused_empty += (float(not taken) - self._fused_empty) / PROBE
+        self._fused_empty += (float(not taken) - self._fused_empty) * EMPTY_WEIGHT
         self._local.skip_claim = not taken  # it saw nothing due: no second claim at once
         self._pass_baton(taken)
         return taken[0] if taken else None

@@ -150,9 +150,7 @@ class Offers:
             # Leased and started: released, the claim after it sets the row aside with
             # the reason, as a claim does with a row it cannot read.
             log.warning("a start leased to this process will not read: %s", exc)
-            mine = claimant.incarnation + "/"
-            ids = [payload]
-            self._write("release", worker=claimant.worker, ids=ids, token=token, mine=mine)
+            self._release(claimant, payload, token)
             return
         if self._wakeup.hand(claimant, [claim]) > 0:
             timer = threading.Timer(self.spare_wait, self._withdraw, (claimant, claim))
@@ -163,13 +161,17 @@ class Offers:
         """Hand ``claim`` back unless a worker of ``claimant`` took it meanwhile."""
         if not self._wakeup.withdraw(claimant, claim):
             return
-        mine = claimant.incarnation + "/"
-        ids, token = [claim.instance.id], claim.task.lease_token
         try:
-            self._write("release", worker=claimant.worker, ids=ids, token=token, mine=mine)
+            self._release(claimant, claim.instance.id, claim.task.lease_token)
         except StoreError as exc:
             # Its lease runs out, and the task is taken over.
             log.warning("a start leased to this process could not be handed back: %s", exc)
+
+    def _release(self, claimant: Claimant, instance_id: str, token: str | None) -> None:
+        """Hand a start leased to ``claimant`` back: due at once for any runner, in doubt
+        (its STEP_STARTED is in the log)."""
+        mine = claimant.incarnation + "/"
+        self._write("release", worker=claimant.worker, ids=[instance_id], token=token, mine=mine)
 
     # -- the workers' side --------------------------------------------------------------
     def changed(self) -> None:
