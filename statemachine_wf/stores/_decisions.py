@@ -217,12 +217,15 @@ class SqlStore(SqlReads):
             self._made_due()
         return int(row["version"]), claimed
 
-    @staticmethod
-    def _dag_plan(commit: DagCommit) -> list[str]:
+    def _dag_plan(self, commit: DagCommit, params: dict[str, Any]) -> list[str]:
         """The pieces of a ``dag_apply``: its own CAS and tail around the shared ones."""
         dead = ["apply_dead_letter"] if commit.decision.dead_letter is not None else []
         head = "dag_head_relaxed" if commit.blockers else "dag_head"
-        return [head, "append_events", *dead, "dag_tail"]
+        return [head, "append_events", *dead, *self._dag_tail(commit, params)]
+
+    def _dag_tail(self, commit: DagCommit, params: dict[str, Any]) -> list[str]:
+        """The tail's pieces: SQLite's is one script, its statements guarded."""
+        return ["dag_tail"]
 
     def dag_apply(self, commit: DagCommit) -> int:
         return self.dag_commit(commit).version
@@ -274,8 +277,9 @@ class SqlStore(SqlReads):
     def _dag_apply(self, commit: DagCommit, params: dict[str, Any]) -> Row:
         params["n_events"] = len(commit.decision.events)
         try:
+            plan = self._dag_plan(commit, params)
             with self._lone_commit() as conn:
-                row = self._run_decision(conn, self._dag_plan(commit), self._params(**params))
+                row = self._run_decision(conn, plan, self._params(**params))
         except ConcurrencyConflict:  # a node task already open, or an event: a lost race
             raise ConcurrencyConflict(commit.instance_id, commit.version) from None
         if row is None:  # the executor re-reads anyway: no round trip for the current version

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
-from ..core.store import DagSnapshot, NewInstance
+from ..core.store import DagCommit, DagSnapshot, NewInstance
 from ..core.waits import NewSignal
 from ..errors import InvalidState, NotFound, PayloadTooLarge, StoreError
 from ._common import event_record, instance_record, key_clash
@@ -50,6 +51,12 @@ class PostgresStore(PgGrouped):
     # claim as one transaction took two round trips more (BEGIN, COMMIT) than the commit it
     # saved (bench/README.md, "the finish and the next claim in one transaction").
     one_writer = False
+
+    def _dag_tail(self, commit: DagCommit, params: dict[str, Any]) -> list[str]:
+        # The retry's and the sibling's CTEs only where the commit has either: every CTE
+        # a statement names is set up at each call (queries.sql, dag_tasks).
+        takes = commit.decision.retry is not None or params["sib_token"] is not None
+        return ["dag_tasks", "dag_takes" if takes else "dag_takes_none", "dag_end"]
 
     # -- producers --------------------------------------------------------------------
     def _create_batch(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:

@@ -1209,22 +1209,20 @@ WITH locked AS (
     SELECT l.* FROM locked l, vouch WHERE vouch.ok
 )
 
--- name: dag_tail
--- The node tasks: the finished node's task or every task, the retried node's task (only
--- while this worker still holds it: the lease fencing) and the dispatched node tasks.
+-- name: dag_tasks
+-- A DAG commit's tail, in three pieces (SqlStore.dag_apply names them): the node tasks
+-- (this one: the finished node's task or every task, and the dispatched node tasks), then
+-- dag_takes or dag_takes_none, then dag_end. dag_takes retries a node and takes the next
+-- sibling; a commit that does neither (a chain's, a join's, a start's) sends
+-- dag_takes_none instead, empty CTEs of the same names: the generic plan of a statement
+-- still sets up every CTE it names at each call, and those four cost a plain commit 14-16%
+-- of its server CPU (bench/README.md, "Session 47").
 , gone AS (
     -- The settled node's task goes whoever holds it now (unlike `retried`): its run's
     -- result is in the log once, and a later holder of that run finds the task gone
     -- and writes nothing.
     DELETE FROM wf_tasks t USING inst
     WHERE t.instance_id = inst.id AND (%(finish)s OR t.slot = %(done)s)
-), retried AS (
-    UPDATE wf_tasks t
-    SET due_at = now() + %(retry_delay)s * interval '1 second', failures = %(retry_failures)s,
-        in_flight = false, lease_owner = NULL
-    FROM inst
-    WHERE t.instance_id = inst.id AND t.slot = %(retry)s AND t.lease_owner = %(worker)s
-    RETURNING t.id
 ), added AS (
     -- No ON CONFLICT: a dispatched node whose task is still open fails the statement on
     -- the (instance_id, slot) key, which the store reports as a lost CAS, so the decision
@@ -1242,6 +1240,18 @@ WITH locked AS (
            %(token)s::text IS NOT NULL
     FROM inst, jsonb_to_recordset(%(dispatch)s::jsonb) AS d (node text, delay float8, attempt int)
     RETURNING *
+)
+
+-- name: dag_takes
+-- The retried node's task (only while this worker still holds it: the lease fencing),
+-- and the sibling taken for the committing worker.
+, retried AS (
+    UPDATE wf_tasks t
+    SET due_at = now() + %(retry_delay)s * interval '1 second', failures = %(retry_failures)s,
+        in_flight = false, lease_owner = NULL
+    FROM inst
+    WHERE t.instance_id = inst.id AND t.slot = %(retry)s AND t.lease_owner = %(worker)s
+    RETURNING t.id
 ), sib AS (
     -- With %(sib_token)s (dag_apply_sibling): another node task of this instance, due
     -- now, taken for the committing worker as dag_claim takes it (leased, its try
@@ -1269,7 +1279,17 @@ WITH locked AS (
     FROM sib_taken s
     ON CONFLICT DO NOTHING
     RETURNING seq
-), dag_live AS (
+)
+
+-- name: dag_takes_none
+-- dag_takes for a commit that neither retries a node nor takes a sibling: nothing.
+, retried AS (SELECT NULL::bigint AS id WHERE false
+), sib_taken AS (SELECT t.* FROM wf_tasks t WHERE false
+), sib_started AS (SELECT NULL::bigint AS seq WHERE false)
+
+-- name: dag_end
+-- The live notification and what the committer reads back.
+, dag_live AS (
     -- The live notification (see append_events' `live`), over the decision's events and
     -- the taken sibling's NODE_STARTED: one for the statement.
     SELECT pg_notify(%(live)s, inst.id::text || ' ' || max(e.seq)::text) AS sent

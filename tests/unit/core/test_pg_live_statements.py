@@ -19,15 +19,16 @@ from statemachine_wf.stores._sql import queries
 # writes in the same commit.
 CREATES = {"create", "create_leased", "create_offered", "create_many", "dag_create"}
 NOTIFY = "pg_notify(%(live)s"
-# The group commit's events piece is never sent alone: the statements it is part of are
-# checked whole (test_the_grouped_statements_notify_once_and_read_it).
-PIECES = {"group_events"}
+# The group commit's events piece is never sent alone, nor the DAG commit's sibling take:
+# the statements they are part of are checked whole
+# (test_the_grouped_statements_notify_once_and_read_it, test_a_dag_commit_reads_its_...).
+PIECES = {"group_events", "dag_takes"}
 
 
 def test_every_statement_that_inserts_events_notifies_the_watchers() -> None:
     q = queries("postgres")
     appending = {name for name, text in q.items() if "INSERT INTO wf_events" in text}
-    assert appending >= {"append_events", "claim", "dag_claim", "dag_tail", "soft_delete"}
+    assert appending >= {"append_events", "claim", "dag_claim", "dag_takes", "soft_delete"}
     for name in sorted(appending - CREATES - PIECES):
         text = q[name]
         assert NOTIFY in text, f"{name}: no live notification"
@@ -50,7 +51,7 @@ def test_every_statement_reads_its_notification_so_that_it_runs() -> None:
     assert set(decision_tails) >= {"apply_continue", "apply_finish", "apply_keep"}
     for name in decision_tails:  # append_events' `live`
         assert "(SELECT count(*) FROM live)" in _final_select(q[name]), name
-    assert "(SELECT count(*) FROM dag_live)" in _final_select(q["dag_tail"])
+    assert "(SELECT count(*) FROM dag_live)" in _final_select(q["dag_end"])
     claim = _final_select(q["claim"])
     assert "(SELECT count(*) FROM live)" in claim  # the finish's, in a finish-and-claim
     assert "(SELECT count(*) FROM started_live)" in claim
@@ -80,3 +81,15 @@ def test_the_grouped_statements_notify_once_and_read_it() -> None:
     claim = _final_select(fused)
     assert "(SELECT count(*) FROM live)" in claim
     assert "(SELECT count(*) FROM started_live)" in claim
+
+
+def test_a_dag_commit_reads_its_notification_with_or_without_the_takes() -> None:
+    # The sibling's NODE_STARTED (dag_takes) is in the one notification dag_end sends, and
+    # the commit without takes (dag_takes_none) has the same names for dag_end to read.
+    for takes in ("dag_takes", "dag_takes_none"):
+        text = _joined(("dag_head", "append_events", "dag_tasks", takes, "dag_end"))
+        assert "SELECT seq FROM sib_started" in text
+        assert "(SELECT count(*) FROM dag_live)" in _final_select(text)
+        assert ".watched" in text
+        for name in ("retried", "sib_taken", "sib_started"):
+            assert f", {name} AS (" in text or f"), {name} AS (" in text, (takes, name)
