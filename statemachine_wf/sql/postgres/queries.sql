@@ -1215,7 +1215,7 @@ WITH locked AS (
 -- dag_takes or dag_takes_none, then dag_end. dag_takes retries a node and takes the next
 -- sibling; a commit that does neither (a chain's, a join's, a start's) sends
 -- dag_takes_none instead, empty CTEs of the same names: the generic plan of a statement
--- still sets up every CTE it names at each call, and those four cost a plain commit 14-16%
+-- still sets up every CTE it names at each call, and those four cost a plain commit 8-16%
 -- of its server CPU (bench/README.md, "Session 47").
 , gone AS (
     -- The settled node's task goes whoever holds it now (unlike `retried`): its run's

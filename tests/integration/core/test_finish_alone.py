@@ -37,12 +37,23 @@ def _claims_at_the_end(runner: Runner) -> list[bool]:
     return claimed
 
 
-def _one_at_a_time(client: Client, count: int) -> list[str]:
+def _one_at_a_time(
+    store: PostgresStore, client: Client, count: int
+) -> tuple[list[bool], list[str]]:
+    """``count`` workflows started by ``client``, each once the one before completed, on
+    one runner of one worker over ``store``: whether each end claimed, and the ids."""
+    options = RunnerOptions(concurrency=1, idle_poll=60, reconcile_on_start=False)
+    runner = Runner(store, [Quick], options=options)
+    claimed = _claims_at_the_end(runner)
     ids: list[str] = []
-    for n in range(count):
-        ids.append(client.start(Quick, In(n=n)))
-        until(lambda: client.get(ids[-1]).status == Status.COMPLETED)
-    return ids
+    runner.start()
+    try:
+        for n in range(count):
+            ids.append(client.start(Quick, In(n=n)))
+            until(lambda: client.get(ids[-1]).status == Status.COMPLETED)
+    finally:
+        runner.stop()
+    return claimed, ids
 
 
 def test_a_runner_fed_by_another_process_ends_its_instances_alone(
@@ -51,15 +62,8 @@ def test_a_runner_fed_by_another_process_ends_its_instances_alone(
     """Each start comes from another process and is handed to the runner's worker
     asleep, so each end's claim finds nothing: after the first few, ends claim nothing
     but one in PROBE, and every workflow still completes, each step once."""
-    options = RunnerOptions(concurrency=1, idle_poll=60, reconcile_on_start=False)
-    runner = Runner(pg_store, [Quick], options=options)
-    claimed = _claims_at_the_end(runner)
     client = Client(pg_other_store, [Quick])
-    runner.start()
-    try:
-        ids = _one_at_a_time(client, 40)
-    finally:
-        runner.stop()
+    claimed, ids = _one_at_a_time(pg_store, client, 40)
     assert len(claimed) == 40
     alone = claimed.count(False)
     assert alone >= 40 - 12 - 40 // PROBE, claimed  # all but the first ~12 and the probes
@@ -77,15 +81,7 @@ def test_a_runner_whose_process_starts_workflows_claims_at_every_end(
     """The same starts made in the runner's own process: the ends' claims find nothing
     as often, but a start made here may be left to such a claim under way, so every end
     claims."""
-    options = RunnerOptions(concurrency=1, idle_poll=60, reconcile_on_start=False)
-    runner = Runner(pg_store, [Quick], options=options)
-    claimed = _claims_at_the_end(runner)
-    client = Client(pg_store, [Quick])
-    runner.start()
-    try:
-        _one_at_a_time(client, 30)
-    finally:
-        runner.stop()
+    claimed, _ = _one_at_a_time(pg_store, Client(pg_store, [Quick]), 30)
     assert pg_store.starts_made() == 30
     assert claimed == [True] * 30
 
