@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 from collections import Counter
 from functools import partial
+from typing import Any
 
 import pytest
 
@@ -77,6 +78,18 @@ def test_two_runner_processes_share_one_sqlite_file(sqlite_target: Target) -> No
         store.close()
 
 
+def _handed_back(sql: Any, instance_id: str, step: str) -> bool:
+    """Whether ``step``'s two starts are an offered start handed back and claimed again:
+    the first step, attempt 1 (the start's commit) then attempt 2 (a claim; the step's one
+    STEP_COMPLETED is checked above)."""
+    starts = sql.execute(
+        "SELECT worker, attempt FROM wf_events WHERE instance_id = %s AND node = %s"
+        " AND event_type = 'STEP_STARTED' ORDER BY seq",
+        (instance_id, step),
+    ).fetchall()
+    return step == STEPS[0] and [a for _, a in starts] == [1, 2]
+
+
 @pytest.mark.crash
 @pytest.mark.postgres
 @pytest.mark.slow
@@ -124,6 +137,15 @@ def test_four_runner_processes_on_postgres_complete_1000_instances_once(
             ).fetchall()
             assert len(rows) == n * len(STEPS), f"{event_type}: {len(rows)} (instance, step)"
             twice = [r for r in rows if r[2] != 1]
+            if event_type == Ev.STEP_STARTED:
+                # One exception, by design: the test process starts every instance, so
+                # each start is leased in its own commit to a runner with a worker asleep
+                # (its first step's STEP_STARTED in that commit); when that worker woke
+                # meanwhile and the runner's workers stay busy, the start is handed back
+                # unrun after Offers.spare_wait and claimed again, in doubt, as the next
+                # attempt by a runner (docs/architecture.md, "A start leased to a
+                # runner of another process"). Any other second start is a double claim.
+                twice = [r for r in twice if not _handed_back(sql, r[0], r[1])]
             assert not twice, f"{event_type} more than once: {twice[:5]}"
             assert {r[1] for r in rows} == set(STEPS)
         completed_events = "SELECT count(*) FROM wf_events WHERE event_type = 'WORKFLOW_COMPLETED'"
