@@ -27,6 +27,7 @@ LIFECYCLE: Mapping[Ev, str] = MappingProxyType(
         Ev.STEP_STARTED: "leased+started",
         Ev.NODE_STARTED: "leased+started",
         Ev.HEARTBEAT: "heartbeat",
+        Ev.STEP_RELEASED: "released",
         Ev.COMPLETED: "succeeded",
         Ev.FAILED: "failed",
         # A failure's name depends on its outcome (see _OUTCOME): retried or failed.

@@ -92,6 +92,10 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
             in_flight=True,
             attempts={**state.attempts, str(event.node): event.attempt or 0},
         )
+    if et == Ev.STEP_RELEASED:
+        # Handed back before any worker ran it: nothing to ask a reconcile hook about; the
+        # attempt stays counted and the next claim starts the one after it.
+        return replace(state, in_flight=False)
     if et == Ev.PROGRESS_SET:
         return replace(state, progress={**state.progress, **payload.get("progress", {})})
     if et == Ev.STEP_COMPLETED:

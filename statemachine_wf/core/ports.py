@@ -208,6 +208,7 @@ class TaskQueue(Protocol):
         instance_ids: Sequence[str] | None = None,
         token: str | None = None,
         incarnation: str | None = None,
+        unrun: bool = False,
     ) -> None:
         """Give leases back: the tasks are due now, in-flight marks kept.
 
@@ -215,7 +216,9 @@ class TaskQueue(Protocol):
         stable id does this for each dead incarnation of it before it starts, so its
         previous life's work is due now instead of after the lease runs out. ``token``:
         only a lease taken by the claim with that lease token (a hand-back);
-        ``incarnation``: only the leases of that incarnation's claims.
+        ``incarnation``: only the leases of that incarnation's claims. ``unrun`` (with
+        ``token``): that claim started its step and no worker ran it, so the attempt is
+        not in doubt: a state machine's gets a STEP_RELEASED and loses its in-flight mark.
         """
         ...
 

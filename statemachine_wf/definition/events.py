@@ -35,6 +35,9 @@ class Ev(StrEnum):
 
     CREATED = "WORKFLOW_CREATED"
     STEP_STARTED = "STEP_STARTED"
+    STEP_RELEASED = "STEP_RELEASED"
+    """An attempt whose STEP_STARTED a claim wrote, handed back before any worker ran it
+    (a runner stopping, a start leased to a busy runner's process): not in doubt."""
     PROGRESS_SET = "PROGRESS_SET"
     STEP_COMPLETED = "STEP_COMPLETED"
     STEP_FAILED = "STEP_FAILED"

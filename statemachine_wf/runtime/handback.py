@@ -1,9 +1,11 @@
 """Handing claims back: what a runner releases instead of running.
 
 A released task is due at once for whoever runs next. Its STEP_STARTED (or NODE_STARTED)
-is already in the log, so the next try is counted and a step is in doubt, as after a
-crash. Each release is fenced by the claim's lease token and the runner's incarnation: a
-newer claim of the instance (ours after a lapse, or anybody's) is never handed back.
+is already in the log, so the next try is counted. A claim no worker ran (:func:`unrun`)
+says so: a step it started gets a STEP_RELEASED and is not in doubt. One abandoned
+mid-step (:func:`abandoned`) is in doubt, as after a crash. Each release is fenced by the
+claim's lease token and the runner's incarnation: a newer claim of the instance (ours
+after a lapse, or anybody's) is never handed back.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def unrun(store: Store, worker: str, incarnation: str, claim: Claim) -> None:
             instance_ids=[claim.instance.id],
             token=claim.task.lease_token,
             incarnation=incarnation,
+            unrun=claim.started,
         )
 
 

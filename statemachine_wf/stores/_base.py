@@ -55,8 +55,7 @@ from ._sql import migrations
 from ._wakeup import Wakeup
 
 Row = Any
-"""A row as the driver returns it: ``sqlite3.Row`` or psycopg's ``dict_row``; both are
-read by column name."""
+"""A row as the driver returns it (``sqlite3.Row``, psycopg's ``dict_row``), by column name."""
 
 
 class SqlBase(ABC):
@@ -361,13 +360,15 @@ class SqlBase(ABC):
         instance_ids: Sequence[str] | None = None,
         token: str | None = None,
         incarnation: str | None = None,
+        unrun: bool = False,
     ) -> None:
         mine = incarnation_prefix(incarnation)
         if instance_ids is None:
             self._write_all("release_all", worker=worker, mine=mine)
         else:
+            query = "release_unrun" if unrun and token is not None else "release"
             ids = self._array(list(instance_ids))
-            self._write_all("release", worker=worker, ids=ids, token=token, mine=mine)
+            self._write_all(query, worker=worker, ids=ids, token=token, mine=mine)
         self._made_due()  # the tasks handed back are due now, for any runner
 
     def lease_incarnations(self, *, worker: str) -> list[str]:

@@ -124,9 +124,9 @@ class Offers:
         The runner's row is a hint behind its workers: the one the start counted on may
         have woken meanwhile. The claim then waits for the next of the runner's workers
         to look, for up to :attr:`spare_wait` seconds; not taken by then (every worker is
-        in a long step), it is handed back, due at once for any runner, in doubt as after
-        a crash (its STEP_STARTED is in the log), rather than wait minutes for this one
-        while another idles."""
+        in a long step), it is handed back, due at once for any runner, with a
+        STEP_RELEASED that says it never ran (not in doubt), rather than wait minutes for
+        this one while another idles."""
         try:
             # Heard: the lease becomes the runner's own, which its heartbeat extends.
             row = self._write("offered", id=payload)
@@ -162,16 +162,20 @@ class Offers:
         if not self._wakeup.withdraw(claimant, claim):
             return
         try:
-            self._release(claimant, claim.instance.id, claim.task.lease_token)
+            self._release(claimant, claim.instance.id, claim.task.lease_token, unrun=True)
         except StoreError as exc:
             # Its lease runs out, and the task is taken over.
             log.warning("a start leased to this process could not be handed back: %s", exc)
 
-    def _release(self, claimant: Claimant, instance_id: str, token: str | None) -> None:
-        """Hand a start leased to ``claimant`` back: due at once for any runner, in doubt
-        (its STEP_STARTED is in the log)."""
+    def _release(
+        self, claimant: Claimant, instance_id: str, token: str | None, *, unrun: bool = False
+    ) -> None:
+        """Hand a start leased to ``claimant`` back: due at once for any runner. ``unrun``:
+        no worker took it, so its attempt gets a STEP_RELEASED and is not in doubt;
+        otherwise it is in doubt (its STEP_STARTED is in the log)."""
         mine = claimant.incarnation + "/"
-        self._write("release", worker=claimant.worker, ids=[instance_id], token=token, mine=mine)
+        query = "release_unrun" if unrun and token else "release"
+        self._write(query, worker=claimant.worker, ids=[instance_id], token=token, mine=mine)
 
     # -- the workers' side --------------------------------------------------------------
     def changed(self) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from statemachine_wf import ConcurrencyConflict, Status
 from statemachine_wf.core import decide
+from statemachine_wf.core.fold import fold
 from statemachine_wf.core.store import Commit, Store
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores import open_store
@@ -132,6 +133,33 @@ def test_a_released_task_is_due_at_once_and_claimed_in_doubt(store: Store) -> No
     assert again.instance.id == iid
     assert not again.started
     assert again.task.lease_owner == "x"
+
+
+def test_a_claim_handed_back_unrun_is_not_in_doubt(store: Store) -> None:
+    """``unrun``: the claim started its step and no worker ran it. Its attempt gets a
+    STEP_RELEASED and loses its in-flight mark, so the next claim starts the next attempt
+    itself; fenced by the token like any release, and a plain release still keeps the mark."""
+    claim = started(store)
+    iid = claim.instance.id
+    assert claim.started
+    store.release(worker="w", instance_ids=[iid], token="not-this-claim", unrun=True)
+    store.release(worker="x", instance_ids=[iid], token=claim.task.lease_token, unrun=True)
+    assert store.claim(worker="x", types=[TYPE], lease=300) == []  # not its claim: kept
+    assert Ev.STEP_RELEASED not in [e.event_type for e in store.events(iid)]
+    store.release(worker="w", instance_ids=[iid], token=claim.task.lease_token, unrun=True)
+    task = store.task(iid)
+    assert task is not None
+    assert (task.lease_owner, task.leased, task.in_flight) == (None, False, False)
+    [released] = [e for e in store.events(iid) if e.event_type == Ev.STEP_RELEASED]
+    assert (released.node, released.attempt, released.worker) == ("first", 1, "w")
+    again = claim_one(store, worker="x")
+    assert (again.instance.id, again.started, again.task.attempt) == (iid, True, 2)
+    assert again.instance.projection(in_flight=again.task.in_flight).in_flight
+    assert fold(store.events(iid)).attempts == {"first": 2}
+    store.release(worker="x", instance_ids=[iid], token=again.task.lease_token)
+    task = store.task(iid)
+    assert task is not None
+    assert task.in_flight  # a plain hand-back: attempt 2 may have run, so in doubt
 
 
 def test_claim_instance_does_not_hurry_a_task_that_waits(store: Store) -> None:

@@ -869,6 +869,34 @@ WITH released AS (
 )
 SELECT pg_notify(%(channel)s, 'release');
 
+-- name: release_unrun
+-- `release` of one claim (%(token)s, required) that started its step and that no worker
+-- ran (a runner stopping, a start leased to a busy runner handed back): a state-machine
+-- attempt gets a STEP_RELEASED and loses its in-flight mark, so the next claim starts the
+-- next attempt instead of asking a reconcile hook about one that never ran.
+WITH released AS (
+    UPDATE wf_tasks SET lease_owner = NULL, due_at = now(),
+        in_flight = in_flight AND kind <> 'machine'
+    WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s)
+      AND lease_token = %(token)s::text
+      AND (%(mine)s::text IS NULL
+           OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
+    RETURNING instance_id, node, attempt, kind
+), ev AS (
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
+    SELECT instance_id, node, 'STEP_RELEASED', attempt,
+           jsonb_build_object('reason', 'handed back before it ran'), %(worker)s
+    FROM released WHERE kind = 'machine'
+    RETURNING instance_id, seq
+), live AS (
+    -- Live notifications (see append_events' `live`), as heartbeat_logged's.
+    SELECT pg_notify(%(live)s, e.instance_id::text || ' ' || max(e.seq)::text) AS sent
+    FROM ev e JOIN wf_instances i ON i.id = e.instance_id
+    WHERE i.watched
+    GROUP BY e.instance_id
+)
+SELECT pg_notify(%(channel)s, 'release'), (SELECT count(*) FROM live) AS live;
+
 -- name: lease_incarnations
 SELECT DISTINCT split_part(lease_token, '/', 1) AS inc FROM wf_tasks
 WHERE lease_owner = %(worker)s AND due_at > now() AND strpos(lease_token, '/') > 0;

@@ -372,6 +372,24 @@ WHERE lease_owner = :worker AND instance_id IN (SELECT value FROM json_each(:ids
   AND (:token IS NULL OR lease_token = :token)
   AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
 
+-- name: release_unrun
+-- A script: `release` of one claim (:token, required) that started its step and that no
+-- worker ran (a runner stopping): a state-machine attempt gets a STEP_RELEASED and loses
+-- its in-flight mark, so the next claim starts the next attempt instead of asking a
+-- reconcile hook about one that never ran (PostgreSQL's statement of the same name).
+INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
+SELECT instance_id, node, 'STEP_RELEASED', attempt, '{"reason": "handed back before it ran"}',
+       NULL, :worker, :now
+FROM wf_tasks
+WHERE lease_owner = :worker AND instance_id IN (SELECT value FROM json_each(:ids))
+  AND lease_token = :token AND kind = 'machine'
+  AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
+UPDATE wf_tasks SET lease_owner = NULL, due_at = :now,
+    in_flight = in_flight AND kind <> 'machine'
+WHERE lease_owner = :worker AND instance_id IN (SELECT value FROM json_each(:ids))
+  AND lease_token = :token
+  AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
+
 -- name: lease_incarnations
 SELECT DISTINCT substr(lease_token, 1, instr(lease_token, '/') - 1) AS inc FROM wf_tasks
 WHERE lease_owner = :worker AND due_at > :now AND instr(lease_token, '/') > 0;

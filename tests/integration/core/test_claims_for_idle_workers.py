@@ -142,7 +142,8 @@ def test_a_claim_handed_over_and_not_yet_taken_keeps_the_runner_busy(store: Stor
 def test_claims_handed_over_and_not_taken_are_released_when_the_runner_stops(
     store: Store,
 ) -> None:
-    """Due at once for whoever runs next, their first attempt counted (as after a crash)."""
+    """Due at once for whoever runs next, their first attempt counted and marked as never
+    run (STEP_RELEASED): the next runner starts the second attempt, with no reconcile."""
     client = Client(store, [Two])
     ids = client.start_many(Two, [In(), In()])
     runner = Runner(store, [Two], options=RunnerOptions(concurrency=1))
@@ -158,8 +159,17 @@ def test_claims_handed_over_and_not_taken_are_released_when_the_runner_stops(
     assert store.next_due(types=[Two.workflow_type]) != 0  # leased
     runner.stop()
     assert store.next_due(types=[Two.workflow_type]) == 0
+    for iid in ids:
+        task = store.task(iid)
+        assert task is not None
+        assert (task.lease_owner, task.in_flight) == (None, False)
     Runner(store, [Two]).run_until_idle(timeout=30)
     for iid in ids:
         instance = store.get(iid)
         assert instance is not None
         assert instance.status == Status.COMPLETED
+        log = [(e.event_type, e.node, e.attempt) for e in store.events(iid)]
+        released = [(n, a) for t, n, a in log if t == Ev.STEP_RELEASED]
+        assert released == [("a", 1)]
+        starts = [(n, a) for t, n, a in log if t == Ev.STEP_STARTED]
+        assert starts == [("a", 1), ("a", 2), ("b", 1)]

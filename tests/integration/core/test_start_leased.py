@@ -177,7 +177,8 @@ def test_a_claim_leased_to_a_sleeper_whose_sleep_ran_out_is_released_by_its_runn
 ) -> None:
     """The sleep ran out between the start's promise and its commit, and the runner
     stopped before a thread of it looked again: its stop releases the claim, due at once
-    for whoever runs next, its first attempt counted (as after a crash)."""
+    for whoever runs next, its first attempt counted and marked as never run
+    (STEP_RELEASED): the next claim starts the second attempt itself."""
     runner = Runner(store, [Quick], options=RunnerOptions(concurrency=1))
     sleeper = Sleeper(store, [Quick.workflow_type], runner._claimant, timeout=2.0)
     wakeup = store._wakeup  # type: ignore[attr-defined]
@@ -193,5 +194,8 @@ def test_a_claim_leased_to_a_sleeper_whose_sleep_ran_out_is_released_by_its_runn
     assert store.next_due(types=[Quick.workflow_type]) == 0
     [claim] = store.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
     assert claim.instance.id == iid
-    assert claim.task.in_flight  # STEP_STARTED of attempt 1 is in the log: in doubt
-    assert not claim.started
+    assert (claim.started, claim.task.attempt) == (True, 2)  # not in doubt: never ran
+    released = [
+        (e.node, e.attempt, e.worker) for e in store.events(iid) if e.event_type == Ev.STEP_RELEASED
+    ]
+    assert released == [("first", 1, runner.worker_id)]

@@ -72,6 +72,11 @@ def _task(admin: psycopg.Connection[Any], iid: str) -> tuple[Any, ...]:
     return tuple(row)
 
 
+def _released(store: PostgresStore, iid: str) -> list[tuple[str | None, int | None]]:
+    """Who handed which attempt back unrun (its STEP_RELEASED events)."""
+    return [(e.worker, e.attempt) for e in store.events(iid) if e.event_type == Ev.STEP_RELEASED]
+
+
 def _new() -> NewInstance:
     return NewInstance(str(uuid.uuid4()), TYPE, {}, "first")
 
@@ -156,7 +161,8 @@ def test_a_start_leased_to_a_runner_that_stops_before_running_it_is_released(
     """The row said a worker slept (a hint a few milliseconds behind), none did: the
     start is handed to the runner all the same, and the runner, stopping, hears every
     start leased to it before its row went and releases it, due at once, its first
-    attempt counted (as after a crash)."""
+    attempt counted and marked as never run (STEP_RELEASED): the next claim starts the
+    second attempt, with no reconcile."""
     runner = Runner(pg_store, [Quick], options=RunnerOptions(concurrency=1))
     Sleeper(pg_store, [Quick.workflow_type], runner._claimant, timeout=0.2).join()
     until(lambda: _asleep(admin, runner.incarnation) == 0)
@@ -169,11 +175,12 @@ def test_a_start_leased_to_a_runner_that_stops_before_running_it_is_released(
     assert _asleep(admin, runner.incarnation) is None
     assert pg_store.handed_claim(runner._claimant) is None
     owner, _, in_flight, _ = _task(admin, iid)
-    assert (owner, in_flight) == (None, True)
+    assert (owner, in_flight) == (None, False)
+    assert _released(pg_other_store, iid) == [(runner.worker_id, 1)]
     assert pg_other_store.next_due(types=[Quick.workflow_type]) == 0
     [claim] = pg_other_store.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
     assert claim.instance.id == iid
-    assert not claim.started  # in doubt: its attempt 1 is in the log
+    assert (claim.started, claim.task.attempt) == (True, 2)  # not in doubt: never ran
 
 
 def test_a_start_leased_to_a_runner_whose_workers_are_all_busy_is_handed_back(
@@ -181,7 +188,8 @@ def test_a_start_leased_to_a_runner_whose_workers_are_all_busy_is_handed_back(
 ) -> None:
     """The row said a worker slept, none did, and none of the runner's workers looks
     within ``spare_wait``: the runner's process hands the start back, due at once and
-    told to every process, its first attempt counted (in doubt, as after a crash)."""
+    told to every process, its first attempt counted and marked as never run
+    (STEP_RELEASED, so not in doubt)."""
     runner = Runner(pg_store, [Quick], options=RunnerOptions(concurrency=1))
     Sleeper(pg_store, [Quick.workflow_type], runner._claimant, timeout=0.2).join()
     until(lambda: _asleep(admin, runner.incarnation) == 0)
@@ -193,14 +201,15 @@ def test_a_start_leased_to_a_runner_whose_workers_are_all_busy_is_handed_back(
     until(lambda: _task(admin, iid)[0] is None)  # handed back
     assert time.monotonic() - heard >= 0.1  # after spare_wait, not at once
     owner, token, in_flight, _ = _task(admin, iid)
-    assert (owner, in_flight) == (None, True)
+    assert (owner, in_flight) == (None, False)
     assert token.startswith(f"{runner.incarnation}/")
     assert "/o" not in token  # it was heard
+    assert _released(pg_other_store, iid) == [(runner.worker_id, 1)]
     assert pg_store.handed_claim(runner._claimant) is None  # taken back from the runner
     assert pg_other_store.next_due(types=[Quick.workflow_type]) == 0
     [claim] = pg_other_store.claim(worker="w", types=[Quick.workflow_type], lease=30.0)
     assert claim.instance.id == iid
-    assert not claim.started  # in doubt: its attempt 1 is in the log
+    assert (claim.started, claim.task.attempt) == (True, 2)  # not in doubt: never ran
     runner.stop()
 
 
@@ -302,8 +311,9 @@ def test_a_start_leased_to_a_busy_runner_is_run_by_an_idle_runner_of_another_pro
         started = [e for e in client.history(iid) if e.event_type == Ev.STEP_STARTED]
         assert [(e.worker, e.attempt) for e in started[:2]] == [
             (busy.worker_id, 1),  # the start's own commit, for the busy runner
-            (idle.worker_id, 2),  # handed back, in doubt, and run by the idle one
+            (idle.worker_id, 2),  # handed back unrun, and run by the idle one
         ]
+        assert _released(producer, iid) == [(busy.worker_id, 1)]
         assert client.verify(iid) == {}
         until(lambda: all(client.get(i).status == Status.COMPLETED for i in backlog), 10)
     finally:

@@ -45,28 +45,36 @@ def test_a_runner_killed_right_after_hearing_a_start_leased_to_it_loses_nothing(
             ids += [client.start(Ledgered, {"n": len(ids) + n}) for n in range(10)]
             wait_completed(scalar, len(ids), what=f"{len(ids)} instances after the kill")
 
-            firsts = {
-                iid: sql.execute(
-                    "SELECT worker, attempt FROM wf_events WHERE instance_id = %s"
-                    " AND event_type = 'STEP_STARTED' AND node = %s ORDER BY seq",
+            firsts: dict[str, list[tuple[str, int]]] = {}
+            released: dict[str, list[tuple[str, int]]] = {}
+            for iid in ids:
+                rows = sql.execute(
+                    "SELECT event_type, worker, attempt FROM wf_events WHERE instance_id = %s"
+                    " AND event_type IN ('STEP_STARTED', 'STEP_RELEASED') AND node = %s"
+                    " ORDER BY seq",
                     (iid, STEPS[0]),
                 ).fetchall()
-                for iid in ids
-            }
+                firsts[iid] = [(w, a) for t, w, a in rows if t == "STEP_STARTED"]
+                released[iid] = [(w, a) for t, w, a in rows if t == "STEP_RELEASED"]
             leased = [iid for iid in ids[:killed_at] if firsts[iid][0][0] == "offer-victim"]
             assert len(leased) >= 3, "fewer starts leased to the victim than it heard"
             taken_over = [iid for iid in leased if len(firsts[iid]) > 1]
             assert taken_over, "the start the victim heard last was not taken over"
             for iid in taken_over:
                 # Started by the start's own commit for the victim, then taken over as
-                # the next attempt once the lease ran out.
+                # the next attempt once the lease ran out (in doubt, no STEP_RELEASED),
+                # or, before the kill, handed back unrun (a STEP_RELEASED).
                 assert firsts[iid] == [("offer-victim", 1), ("offer-bystander", 2)]
+                assert released[iid] in ([], [("offer-victim", 1)])
+            assert any(released[iid] == [] for iid in taken_over), "none was in doubt"
             for iid in ids[killed_at:]:
                 # Once or twice: a start leased to the bystander while its workers were
-                # busy is handed back after Offers.spare_wait and claimed again, in doubt.
+                # busy is handed back unrun after Offers.spare_wait (a STEP_RELEASED) and
+                # claimed again as the next attempt.
                 assert {w for w, _ in firsts[iid]} == {"offer-bystander"}, (
                     "a start after the kill went to the dead runner"
                 )
+                assert released[iid] == firsts[iid][:-1]
             kids.terminate(bystander)
 
         # One STEP_COMPLETED a step, verify() == {} and the ledger, per instance.

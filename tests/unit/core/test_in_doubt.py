@@ -122,3 +122,19 @@ def test_an_ordinary_failure_is_not_in_doubt() -> None:
     assert not d.task.in_doubt
     assert "in_doubt" not in d.events[0].payload
     assert not claimed(d.state, d.task).in_doubt
+
+
+def test_an_attempt_handed_back_unrun_is_not_in_doubt_and_stays_counted() -> None:
+    """STEP_RELEASED: the claim that started the attempt was handed back before any worker
+    ran it. The fold clears the in-flight mark (nothing for the hook to judge) and keeps
+    the attempt, so the next start is attempt 2."""
+    events = [
+        NewEvent(Ev.CREATED, payload={"initial": "pay"}),
+        NewEvent(Ev.STEP_STARTED, "pay", 1),
+        NewEvent(Ev.STEP_RELEASED, "pay", 1, {"reason": "handed back before it ran"}),
+    ]
+    state = apply_all(Projection(), events)
+    assert (state.in_flight, state.in_doubt, state.status) == (False, False, Status.RUNNING)
+    assert state.attempts == {"pay": 1}
+    d = decide.start(state, "pay")
+    assert [(e.event_type, e.attempt) for e in d.events] == [(Ev.STEP_STARTED, 2)]
