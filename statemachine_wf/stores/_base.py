@@ -366,9 +366,9 @@ class SqlBase(ABC):
         if instance_ids is None:
             self._write_all("release_all", worker=worker, mine=mine)
         else:
-            query = "release_unrun" if unrun and token is not None else "release"
             ids = self._array(list(instance_ids))
-            self._write_all(query, worker=worker, ids=ids, token=token, mine=mine)
+            unrun = unrun and token is not None  # only a claim named by its token
+            self._write_all("release", worker=worker, ids=ids, token=token, mine=mine, unrun=unrun)
         self._made_due()  # the tasks handed back are due now, for any runner
 
     def lease_incarnations(self, *, worker: str) -> list[str]:

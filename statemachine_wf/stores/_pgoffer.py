@@ -174,8 +174,9 @@ class Offers:
         no worker took it, so its attempt gets a STEP_RELEASED and is not in doubt;
         otherwise it is in doubt (its STEP_STARTED is in the log)."""
         mine = claimant.incarnation + "/"
-        query = "release_unrun" if unrun and token else "release"
-        self._write(query, worker=claimant.worker, ids=[instance_id], token=token, mine=mine)
+        unrun = unrun and bool(token)  # only a claim named by its token
+        ids = [instance_id]
+        self._write("release", worker=claimant.worker, ids=ids, token=token, mine=mine, unrun=unrun)
 
     # -- the workers' side --------------------------------------------------------------
     def changed(self) -> None:

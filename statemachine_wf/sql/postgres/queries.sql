@@ -859,26 +859,17 @@ SELECT count(*) AS n, (SELECT count(*) FROM live) AS live FROM ext;
 -- name: release
 -- Only this worker's leases, and of those only the claim %(token)s (when given) of this
 -- incarnation (%(mine)s, when given): a hand-back never frees a lease a later claim took.
--- The NOTIFY goes out whatever was released (a hand-back is work for somebody else).
+-- %(unrun)s, with a token: that claim started its step and no worker ran it (a runner
+-- stopping, a start leased to a busy runner handed back), so a state-machine attempt gets
+-- a STEP_RELEASED and loses its in-flight mark: the next claim starts the next attempt
+-- instead of asking a reconcile hook about one that never ran. The NOTIFY goes out
+-- whatever was released (a hand-back is work for somebody else).
 WITH released AS (
-    UPDATE wf_tasks SET lease_owner = NULL, due_at = now()
+    UPDATE wf_tasks
+    SET lease_owner = NULL, due_at = now(),
+        in_flight = in_flight AND NOT (%(unrun)s AND kind = 'machine')
     WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s)
       AND (%(token)s::text IS NULL OR lease_token = %(token)s::text)
-      AND (%(mine)s::text IS NULL
-           OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
-)
-SELECT pg_notify(%(channel)s, 'release');
-
--- name: release_unrun
--- `release` of one claim (%(token)s, required) that started its step and that no worker
--- ran (a runner stopping, a start leased to a busy runner handed back): a state-machine
--- attempt gets a STEP_RELEASED and loses its in-flight mark, so the next claim starts the
--- next attempt instead of asking a reconcile hook about one that never ran.
-WITH released AS (
-    UPDATE wf_tasks SET lease_owner = NULL, due_at = now(),
-        in_flight = in_flight AND kind <> 'machine'
-    WHERE lease_owner = %(worker)s AND instance_id = ANY(%(ids)s)
-      AND lease_token = %(token)s::text
       AND (%(mine)s::text IS NULL
            OR left(lease_token, length(%(mine)s::text)) = %(mine)s::text)
     RETURNING instance_id, node, attempt, kind
@@ -886,7 +877,7 @@ WITH released AS (
     INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
     SELECT instance_id, node, 'STEP_RELEASED', attempt,
            jsonb_build_object('reason', 'handed back before it ran'), %(worker)s
-    FROM released WHERE kind = 'machine'
+    FROM released WHERE %(unrun)s AND kind = 'machine'
     RETURNING instance_id, seq
 ), live AS (
     -- Live notifications (see append_events' `live`), as heartbeat_logged's.

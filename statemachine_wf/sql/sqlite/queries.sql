@@ -364,30 +364,24 @@ WHERE lease_owner = :worker AND due_at > :now
 SELECT changes() AS n;
 
 -- name: release
--- :ids is a JSON array. Only this worker's leases, and of those only the claim :token
--- (when given) of this incarnation (:mine, when given): a hand-back never frees a lease
--- a later claim took.
-UPDATE wf_tasks SET lease_owner = NULL, due_at = :now
-WHERE lease_owner = :worker AND instance_id IN (SELECT value FROM json_each(:ids))
-  AND (:token IS NULL OR lease_token = :token)
-  AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
-
--- name: release_unrun
--- A script: `release` of one claim (:token, required) that started its step and that no
--- worker ran (a runner stopping): a state-machine attempt gets a STEP_RELEASED and loses
--- its in-flight mark, so the next claim starts the next attempt instead of asking a
--- reconcile hook about one that never ran (PostgreSQL's statement of the same name).
+-- A script. :ids is a JSON array. Only this worker's leases, and of those only the claim
+-- :token (when given) of this incarnation (:mine, when given): a hand-back never frees a
+-- lease a later claim took. :unrun, with a token: that claim started its step and no
+-- worker ran it (a runner stopping), so a state-machine attempt gets a STEP_RELEASED and
+-- loses its in-flight mark (PostgreSQL's statement of the same name says why).
+-- only when :unrun
 INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
 SELECT instance_id, node, 'STEP_RELEASED', attempt, '{"reason": "handed back before it ran"}',
        NULL, :worker, :now
 FROM wf_tasks
-WHERE lease_owner = :worker AND instance_id IN (SELECT value FROM json_each(:ids))
-  AND lease_token = :token AND kind = 'machine'
+WHERE :unrun AND kind = 'machine'
+  AND lease_owner = :worker AND instance_id IN (SELECT value FROM json_each(:ids))
+  AND (:token IS NULL OR lease_token = :token)
   AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
-UPDATE wf_tasks SET lease_owner = NULL, due_at = :now,
-    in_flight = in_flight AND kind <> 'machine'
+UPDATE wf_tasks
+SET lease_owner = NULL, due_at = :now, in_flight = in_flight AND NOT (:unrun AND kind = 'machine')
 WHERE lease_owner = :worker AND instance_id IN (SELECT value FROM json_each(:ids))
-  AND lease_token = :token
+  AND (:token IS NULL OR lease_token = :token)
   AND (:mine IS NULL OR substr(lease_token, 1, length(:mine)) = :mine);
 
 -- name: lease_incarnations
