@@ -60,7 +60,7 @@ def test_sqlite_heartbeat_extends_its_own_leases_off_the_leased_index(
     conn = sqlite3.connect(sqlite_path)
     params: dict[str, Any] = {
         "now": time.time(), "worker": "a", "lease": 600.0, "mine": "inc/", "every": 30.0,
-        "payload": "{}", "ids": '["i000001"]', "token": None,
+        "payload": "{}", "ids": '["i000001"]', "token": None, "unrun": True,
     }  # fmt: skip
     for name in BY_OWNER:
         for statement, _guard in _SCRIPTS[name]:
@@ -114,7 +114,7 @@ def test_postgres_heartbeat_extends_its_own_leases_off_the_leased_index(
         assert pages[0] > 200  # so reading the table would show
         params: dict[str, Any] = {
             "worker": "a", "lease": 600.0, "mine": "inc/", "every": 30.0, "token": None,
-            "ids": [], "channel": "swf_test_leases", "live": "swf_test_live",
+            "ids": [], "channel": "swf_test_leases", "live": "swf_test_live", "unrun": True,
         }  # fmt: skip
         for analyzed in (False, True):
             if analyzed:
