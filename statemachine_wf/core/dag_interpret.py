@@ -66,6 +66,8 @@ class DagDecision:
     dead_letter: str | None = None
     """A reason: the store also writes a dead letter in the same commit (retries
     exhausted)."""
+    also_done: tuple[str, ...] = ()
+    """More nodes whose tasks go: a group of completions committed together."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +383,8 @@ def open_after(open_slots: Iterable[str], decision: DagDecision) -> tuple[str, .
     task, so a commit's own CAS vouches for ``open_slots`` being the whole set.)"""
     if decision.finish:
         return ()
-    kept = [s for s in open_slots if s != decision.done]
+    gone = {decision.done, *decision.also_done}
+    kept = [s for s in open_slots if s not in gone]
     return tuple(dict.fromkeys([*kept, *(t.node for t in decision.dispatch)]))
 
 

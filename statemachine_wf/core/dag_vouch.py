@@ -40,6 +40,7 @@ def blockers(
     node = decision.done
     if (
         node is None
+        or decision.also_done  # a group: commits on the version it was decided on
         or decision.dispatch
         or settles(decision)
         or decision.dead_letter is not None

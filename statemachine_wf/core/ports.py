@@ -423,6 +423,10 @@ class DagRuns(Protocol):
     # bump the version). NODE_DISPATCHED/STARTED/COMPLETED/FAILED are written once per
     # (node, event type, run) (the log's unique index); saved definitions are immutable.
 
+    dag_group_most: int
+    """The most node completions of one instance one ``dag_commit`` carries (1: none
+    together): a decision with ``also_done`` (``core.dag_group``)."""
+
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
         """Insert a DAG instance; a known idempotency key returns ``(existing_id, False)``."""
         ...
@@ -463,6 +467,7 @@ class DagRuns(Protocol):
         take: Literal["handed", "sibling"] | None = None,
         lease: float = 0.0,
         incarnation: str = "",
+        siblings: int = 1,
     ) -> DagApplied:
         """``dag_apply``, returning also the seqs the decision's events took: what a
         runner needs to fold its own commit into its cached view of the log instead of
@@ -481,9 +486,16 @@ class DagRuns(Protocol):
         (``dag_vouch.blockers``); ``DagApplied.version`` is then not
         ``commit.version + 1``, and the caller's view of the log lacks what came between.
 
+        A group (``decision.also_done``: several completions decided in turn, merged by
+        ``dag_group.merge``) deletes every completed node's task; with "sibling" it
+        takes up to ``siblings`` other due tasks (one for each of the group's workers,
+        each under a token of its own): the first is ``DagApplied.task``, the rest
+        ``DagApplied.more``.
+
         Raises:
             ValueError: ``take`` is not allowed for the decision
-                (``dag_interpret.hand_off`` / ``takes_sibling``).
+                (``dag_interpret.hand_off`` / ``takes_sibling``), a group larger than
+                ``dag_group_most``, or more siblings than the group's completions.
             ConcurrencyConflict: the instance is no longer at ``commit.version`` (and,
                 with blockers, they no longer vouch for the decision).
         """

@@ -237,6 +237,8 @@ class DagApplied:
     task: TaskRecord | None = None
     """The node task the commit leased to the committing worker (a hand-off or a
     sibling), or None."""
+    more: tuple[TaskRecord, ...] = ()
+    """Further siblings leased in the commit (``siblings`` > 1): one a grouped worker."""
 
 
 @dataclass(frozen=True, slots=True)

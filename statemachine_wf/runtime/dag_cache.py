@@ -27,6 +27,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
 
 from ..core import dag_interpret as interpret
@@ -34,6 +35,9 @@ from ..core.dag_interpret import DagDecision, LogView
 from ..core.dag_vouch import blockers
 from ..core.store import Claim, DagApplied, DagSnapshot, InstanceRecord, Store
 from ..definition.dag_models import Graph
+
+Make = Callable[[DagSnapshot, LogView], DagDecision | None]
+"""Decides a completion on an instance and its folded log (None: nothing to write)."""
 
 CACHED_INSTANCES = 512
 """Instances whose parsed graph and folded log a runner keeps (least recently used go)."""
@@ -46,12 +50,16 @@ the instances of one definition share one graph, parsed and indexed once."""
 class Cached:
     """One instance as this runner last read or committed it."""
 
-    __slots__ = ("behind", "contended", "graph", "lock", "state", "view")
+    __slots__ = ("behind", "contended", "graph", "lock", "queue", "queue_lock", "state", "view")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         """Serialises this runner's threads on the instance: they never lose a CAS to
         each other, and the entry changes under one of them at a time."""
+        self.queue: list[Pending] = []
+        """Completions waiting for the lock, committed together by whoever takes it next
+        (``dag_group.Grouper``); guarded by ``queue_lock``, not ``lock``."""
+        self.queue_lock = threading.Lock()
         self.view: LogView | None = None
         self.graph: Graph | None = None
         self.state: DagSnapshot | None = None
@@ -84,6 +92,24 @@ class Cached:
         if self.graph is None or self.view is None:
             return False
         return bool(blockers(self.graph, self.view, decision, state.open_slots))
+
+
+class Pending:
+    """One thread's completion, queued on its instance's cache entry until committed
+    (``dag_group.Grouper``)."""
+
+    __slots__ = ("claim", "done", "error", "free", "make", "result")
+
+    def __init__(self, make: Make, free: bool) -> None:
+        self.make = make
+        self.free = free
+        """Whether its worker may take its next node in the commit (its streak allows)."""
+        self.done = False
+        self.result = False
+        """True: committed; False: nothing to write (see ``DagExecutor.complete``)."""
+        self.claim: Claim | None = None
+        """The node leased to its worker in the commit, if any."""
+        self.error: Exception | None = None
 
 
 class DagCache:
@@ -162,7 +188,8 @@ class DagCache:
         if entry.view is None:
             return instance
         entry.view.committed(decided.events, applied.seqs)
-        if applied.task is not None:  # a sibling's NODE_STARTED, written by the store
-            entry.view.started(applied.task.slot, applied.task.attempt)
+        for task in (applied.task, *applied.more):  # siblings' NODE_STARTED, by the store
+            if task is not None:
+                entry.view.started(task.slot, task.attempt)
         entry.state = DagSnapshot(instance, [], interpret.open_after(state.open_slots, decided))
         return instance

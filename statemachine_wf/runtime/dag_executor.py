@@ -26,9 +26,13 @@ try). Then:
    ``operations.STREAK`` such nodes in a row the next commit takes none, and the worker
    claims.
 
+Completions of one instance that this runner's threads finish while one of them commits
+go together, in one statement, when the runner has the instance to itself
+(:mod:`.dag_group`: a fan-out's branches).
+
 A node task whose run is already completed (a result recorded but not scheduled) is
 only scheduled; a failure retries with backoff (the task is due again later) and then,
-per node, follows the ``error`` handle or fails the instance.
+per node, follows the ``error`` handle or fails the instance (:mod:`.dag_failures`).
 
 A ``delay`` node is a timer: its first try records ``NODE_WAITING`` with the time it is
 due (``until``) and its task is rescheduled for then (lease released, no thread waits);
@@ -54,24 +58,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..core import dag_interpret as interpret
 from ..core.dag_interpret import DagDecision, LogView, NodeOutcome, TaskRetry
 from ..core.dag_vouch import blockers
 from ..core.store import Claim, DagCommit, DagSnapshot, Store
-from ..definition.dag_definition import ERROR_HANDLE
 from ..definition.dag_models import Graph
-from ..definition.dag_templates import TemplateError
 from ..definition.events import Ev, NewEvent, Status
 from ..definition.limits import check_payload
-from ..errors import ConcurrencyConflict, Fail, InputError, LeaseLost, StepFailure
+from ..errors import ConcurrencyConflict, LeaseLost
+from . import dag_failures as failures
 from . import observe
-from .dag_cache import DagCache
+from .dag_cache import Cached, DagCache, Pending
+from .dag_group import Grouper
 from .dag_handlers import (
     ChildRunning,
-    InternalError,
     NodeCall,
     NodeResult,
     Registry,
@@ -88,13 +90,6 @@ log = logging.getLogger("statemachine_wf.dag")
 CHILD_RECHECK = 300.0
 """Seconds a parked sub-workflow node waits before it looks at its child anyway: only a
 safety net (the child's end wakes it at once), for a wake-up lost to a hand-edited row."""
-
-INTERNAL_ATTEMPTS = 5
-"""Tries of a node whose runs fail for an internal error of the runtime before the
-instance is quarantined (STALLED) instead."""
-
-_NOT_RETRYABLE = (Fail, TemplateError, InputError, ValidationError, TypeError)
-"""Errors that another try cannot fix: bad config, a missing template path, bad args."""
 
 
 class DagExecutor:
@@ -137,6 +132,18 @@ class DagExecutor:
         )
         self._cache = DagCache(store)
         self._local = threading.local()  # per worker: the claim it took itself, its streak
+        self._group = (
+            Grouper(
+                self._cache,
+                store,
+                self._alone,
+                worker=worker,
+                lease=lease or 0.0,
+                incarnation=incarnation,
+            )
+            if store.dag_group_most > 1
+            else None
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -224,7 +231,7 @@ class DagExecutor:
             # older version, which wrote the two in separate commits): schedule only.
             if done:
                 log.info("instance %s: %s run %d already completed", instance_id, node, run)
-            self._commit_loop(
+            self.commit_loop(
                 instance_id,
                 lambda s, v: interpret.completed(
                     graph, v, node, run, status=s.instance.status, open_slots=s.open_slots
@@ -259,7 +266,7 @@ class DagExecutor:
             self._park(claim, run, wait.child_id)
             return None
         except (Exception, PydanticSerializationError) as exc:
-            self._failed(graph, claim, run, exc)
+            failures.failed(self, graph, claim, run, exc)
             return None
         if result.delay > 0:
             # A timer (the delay node): the run completes only when the time has come, so
@@ -315,10 +322,38 @@ class DagExecutor:
                 open_slots=s.open_slots,
             )
 
-        if not self._commit_loop(instance_id, decide, snap, taken):
+        if self._group is not None and snap is None and taken is not None:
+            # Committed with the completions of this runner's other threads queued on the
+            # instance meanwhile, if any (runtime/dag_group.py).
+            item = self._group.submit(instance_id, decide, self._free(taken))
+            if item.claim is not None:
+                self._local.took = item.claim
+                taken.append(item.claim)
+            committed = item.result
+        else:
+            committed = self.commit_loop(instance_id, decide, snap, taken)
+        if not committed:
             log.info("instance %s: %s run %d result already recorded", instance_id, node, run)
             return False
         return True
+
+    def _free(self, taken: list[Claim] | None) -> bool:
+        """Whether the calling worker may take its next node in its commit: not past
+        STREAK such nodes in a row (then its next node comes through a claim, in priority
+        order, so that a long fan-out or chain does not keep a higher-priority task of
+        another instance waiting to its end)."""
+        return (
+            taken is not None
+            and self._lease is not None
+            and getattr(self._local, "streak", 0) < STREAK
+        )
+
+    def _alone(self, entry: Cached, instance_id: str, item: Pending) -> None:
+        """Commit a queued completion by itself (``Grouper``'s fallback), under the lock."""
+        taken: list[Claim] = []
+        item.result = self._commit_locked(entry, instance_id, item.make, None, taken, item.free)
+        item.claim = taken[0] if taken else None
+        item.done = True
 
     def _cancelled(self, instance_id: str) -> bool:
         record = self.store.get(instance_id)
@@ -346,7 +381,7 @@ class DagExecutor:
                 retry=TaskRetry(node, left, claim.task.failures),
             )
 
-        self._commit_loop(instance_id, decide)
+        self.commit_loop(instance_id, decide)
 
     def _park(self, claim: Claim, run: int, child_id: str) -> None:
         """Wait for a sub-workflow's child without a thread: the task sleeps until woken."""
@@ -369,7 +404,7 @@ class DagExecutor:
                 retry=TaskRetry(node, CHILD_RECHECK, claim.task.failures),
             )
 
-        self._commit_loop(instance_id, decide)
+        self.commit_loop(instance_id, decide)
         # The child may have ended while this task was still leased (its wake-up leaves a
         # leased task alone): look again now that the task is parked.
         child = self.store.get(child_id)
@@ -380,87 +415,7 @@ class DagExecutor:
             # children before this one existed.
             cancel_unless_ended(self.store, child_id)
 
-    def _failed(self, graph: Graph, claim: Claim, run: int, exc: BaseException) -> None:
-        instance_id, node = claim.instance.id, claim.task.slot
-        if isinstance(exc, InternalError):
-            self._internal_error(graph, claim, run, exc)
-            return
-        retryable = not isinstance(exc, _NOT_RETRYABLE)
-        info = _error_info(node, exc)
-        failures = claim.task.failures
-        log.info(
-            "instance %s: node %s (run %d, try %d) raised %r",
-            instance_id,
-            node,
-            run,
-            claim.task.attempt,
-            exc,
-        )
-        spec = graph.nodes[node]
-        gives_up = interpret.gives_up(graph, node, failures=failures, retryable=retryable)
-        observe.mark("failed" if gives_up else "retried")
-        if spec.error_handling == "continue" and gives_up:
-            self.complete(
-                instance_id,
-                graph,
-                node,
-                run,
-                NodeResult({"error": info}, ERROR_HANDLE),
-                attempt=claim.task.attempt,
-                error=True,
-            )
-            return
-
-        def decide(snap: DagSnapshot, view: LogView) -> DagDecision | None:
-            if view.settled(node, run) or node not in snap.open_slots:
-                return None
-            return interpret.failed(
-                graph,
-                node,
-                run,
-                info,
-                failures=failures,
-                retryable=retryable,
-                status=snap.instance.status,
-            )
-
-        self._commit_loop(instance_id, decide)
-
-    def _internal_error(self, graph: Graph, claim: Claim, run: int, exc: InternalError) -> None:
-        """The runtime failed, not the node: try again later (whatever the node's own
-        retry policy or error handling says); after :data:`INTERNAL_ATTEMPTS` the error
-        goes to the runner, which quarantines the instance (STALLED, redrivable), never
-        FAILED."""
-        instance_id, node = claim.instance.id, claim.task.slot
-        failures = claim.task.failures + 1
-        log.warning(
-            "instance %s: node %s (run %d, try %d): internal error %s",
-            instance_id,
-            node,
-            run,
-            claim.task.attempt,
-            exc,
-        )
-        observe.mark("retried")
-        if failures >= INTERNAL_ATTEMPTS:
-            raise exc
-        delay = graph.nodes[node].retry_policy().delay(failures)
-        info = {**_error_info(node, exc), "internal": True}
-
-        def decide(snap: DagSnapshot, view: LogView) -> DagDecision | None:
-            if snap.instance.status.terminal or view.settled(node, run):
-                return None
-            if node not in snap.open_slots:
-                return None
-            payload = {"run": run, "failures": failures, "retry_in": round(delay, 3)}
-            return DagDecision(
-                events=(NewEvent(Ev.NODE_RETRYING, node, None, payload, info),),
-                retry=TaskRetry(node, delay, failures),
-            )
-
-        self._commit_loop(instance_id, decide)
-
-    def _commit_loop(
+    def commit_loop(
         self,
         instance_id: str,
         make: Callable[[DagSnapshot, LogView], DagDecision | None],
@@ -480,99 +435,96 @@ class DagExecutor:
         """
         entry = self._cache.entry(instance_id)
         with entry.lock:
-
-            def attempt(n: int) -> bool:
-                state = (snap or entry.state) if n == 0 and entry.view is not None else None
-                if state is None:
-                    # No cache yet, or a lost CAS: the version decided on is gone. Read
-                    # what the winner did and decide again on that.
-                    state = self._cache.read(entry, instance_id)
-                    if state is None:
-                        return False
-                view = entry.view
-                if view is None:  # read() fills it
-                    raise RuntimeError(f"DAG instance {instance_id}: no log view after reading it")
-                decision = make(state, view)
-                if (
-                    entry.behind
-                    and state is entry.state
-                    and (decision is None or not entry.vouches(decision, state))
-                ):
-                    # Decided on a cache behind the log: only a decision its blockers vouch
-                    # for may commit so. Anything else is decided again on a read.
-                    state = self._cache.read(entry, instance_id)
-                    if state is None:
-                        return False
-                    decision = make(state, view)
-                if decision is None:
-                    return False
-                # A worker free to run a node next takes one in this commit, leased to it
-                # there with no claim: the node it dispatches (a hand-off) or else another
-                # due one (a fan-out's next branch).
-                # Not past STREAK such nodes in a row: then this worker's next node comes
-                # through a claim, in priority order, so that a long fan-out or chain does
-                # not keep a higher-priority task of another instance waiting to its end.
-                free = (
-                    taken is not None
-                    and self._lease is not None
-                    and getattr(self._local, "streak", 0) < STREAK
-                )
-                handed = interpret.hand_off(decision) if free else None
-                take: Literal["handed", "sibling"] | None = None
-                if handed is not None:
-                    take = "handed"
-                elif free and interpret.takes_sibling(decision):
-                    take = "sibling"
-                decided = handed or decision
-                # Once other runners commit on this instance too (a lost CAS, a version
-                # found moved), a plain completion names the open tasks that vouch for it
-                # and commits on their word (dag_vouch.blockers); alone, the plain CAS.
-                graph = entry.graph
-                vouch = (
-                    blockers(graph, view, decided, state.open_slots)
-                    if entry.contended and graph is not None
-                    else ()
-                )
-                version = state.instance.version
-                commit = DagCommit(instance_id, version, decided, self.worker, vouch)
-                try:
-                    applied = self.store.dag_commit(
-                        commit, take=take, lease=self._lease or 0.0, incarnation=self._incarnation
-                    )
-                except ConcurrencyConflict:
-                    entry.contended = True
-                    raise
-                if decision.finish:  # takes no node: it neither hands one off nor a sibling
-                    self._cache.forget(instance_id)  # over: nothing left to decide
-                    return True
-                if applied.version != version + 1 or entry.behind:
-                    entry.contended = True
-                    # Committed on a later version (its blockers vouched): the view lacks
-                    # others' events. Not folded in: the cache stays a prefix of the log,
-                    # behind it, and the next read folds in the tail, this commit's own
-                    # events with it, in order.
-                    entry.behind = entry.state is not None
-                    instance = replace(state.instance, version=applied.version)
-                else:
-                    instance = self._cache.fold(entry, state, decided, applied)
-                if applied.task is not None and taken is not None:
-                    self._local.took = Claim(applied.task, instance, started=True)
-                    taken.append(self._local.took)
-                return True
-
-            return until_committed(
-                attempt,
-                gave_up=lambda: LeaseLost(
-                    f"instance {instance_id} keeps changing under this runner"
-                ),
+            committed = self._commit_locked(
+                entry, instance_id, make, snap, taken, self._free(taken)
             )
+        if taken:
+            self._local.took = taken[-1]
+        return committed
 
+    def _commit_locked(
+        self,
+        entry: Cached,
+        instance_id: str,
+        make: Callable[[DagSnapshot, LogView], DagDecision | None],
+        snap: DagSnapshot | None,
+        taken: list[Claim] | None,
+        free: bool,
+    ) -> bool:
+        """:meth:`commit_loop`'s commit, under ``entry.lock``; ``free``: whether the
+        committing worker may take its next node in the commit (:meth:`_free`)."""
 
-def _error_info(node: str, exc: BaseException) -> dict[str, Any]:
-    code = exc.code if isinstance(exc, StepFailure) else type(exc).__name__
-    return {
-        "node": node,
-        "code": code,
-        "message": str(exc) or type(exc).__name__,
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-    }
+        def attempt(n: int) -> bool:
+            state = (snap or entry.state) if n == 0 and entry.view is not None else None
+            if state is None:
+                # No cache yet, or a lost CAS: the version decided on is gone. Read
+                # what the winner did and decide again on that.
+                state = self._cache.read(entry, instance_id)
+                if state is None:
+                    return False
+            view = entry.view
+            if view is None:  # read() fills it
+                raise RuntimeError(f"DAG instance {instance_id}: no log view after reading it")
+            decision = make(state, view)
+            if (
+                entry.behind
+                and state is entry.state
+                and (decision is None or not entry.vouches(decision, state))
+            ):
+                # Decided on a cache behind the log: only a decision its blockers vouch
+                # for may commit so. Anything else is decided again on a read.
+                state = self._cache.read(entry, instance_id)
+                if state is None:
+                    return False
+                decision = make(state, view)
+            if decision is None:
+                return False
+            # A worker free to run a node next takes one in this commit, leased to it
+            # there with no claim: the node it dispatches (a hand-off) or else another
+            # due one (a fan-out's next branch); not past STREAK in a row (_free).
+            handed = interpret.hand_off(decision) if free else None
+            take: Literal["handed", "sibling"] | None = None
+            if handed is not None:
+                take = "handed"
+            elif free and interpret.takes_sibling(decision):
+                take = "sibling"
+            decided = handed or decision
+            # Once other runners commit on this instance too (a lost CAS, a version
+            # found moved), a plain completion names the open tasks that vouch for it
+            # and commits on their word (dag_vouch.blockers); alone, the plain CAS.
+            graph = entry.graph
+            vouch = (
+                blockers(graph, view, decided, state.open_slots)
+                if entry.contended and graph is not None
+                else ()
+            )
+            version = state.instance.version
+            commit = DagCommit(instance_id, version, decided, self.worker, vouch)
+            try:
+                applied = self.store.dag_commit(
+                    commit, take=take, lease=self._lease or 0.0, incarnation=self._incarnation
+                )
+            except ConcurrencyConflict:
+                entry.contended = True
+                raise
+            if decision.finish:  # takes no node: it neither hands one off nor a sibling
+                self._cache.forget(instance_id)  # over: nothing left to decide
+                return True
+            if applied.version != version + 1 or entry.behind:
+                entry.contended = True
+                # Committed on a later version (its blockers vouched): the view lacks
+                # others' events. Not folded in: the cache stays a prefix of the log,
+                # behind it, and the next read folds in the tail, this commit's own
+                # events with it, in order.
+                entry.behind = entry.state is not None
+                instance = replace(state.instance, version=applied.version)
+            else:
+                instance = self._cache.fold(entry, state, decided, applied)
+            if applied.task is not None and taken is not None:
+                taken.append(Claim(applied.task, instance, started=True))
+            return True
+
+        return until_committed(
+            attempt,
+            gave_up=lambda: LeaseLost(f"instance {instance_id} keeps changing under this runner"),
+        )

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, suppress
-from typing import Any, ClassVar, Literal, assert_never
+from contextlib import suppress
+from typing import Any, ClassVar, assert_never
 
-from ..core.dag_interpret import handed_task, takes_sibling
 from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
-from ..core.store import Claim, Claimant, Commit, DagApplied, DagCommit, NewDagInstance, NewInstance
+from ..core.store import Claim, Claimant, Commit, NewDagInstance, NewInstance
 from ..errors import ConcurrencyConflict, StoreError
 from ._base import Row
 from ._common import (
     Undecodable,
-    dag_apply_params,
-    dag_wakes,
     event_dicts,
     instance_record,
     new_event_dicts,
@@ -32,14 +29,14 @@ from ._common import (
     task_record,
     undecodable,
 )
-from ._overview import SqlReads
+from ._dagcommit import DagCommits
 
 # How long a process's starts go unoffered after an offer found no runner of another
 # process asleep: the runners are busy, and their next sleep is not far off.
 UNOFFERED = 0.1
 
 
-class SqlStore(SqlReads):
+class SqlStore(DagCommits):
     """A SQL :class:`~statemachine_wf.core.store.Store` over a dialect's primitives."""
 
     one_writer: ClassVar[bool] = True
@@ -65,11 +62,6 @@ class SqlStore(SqlReads):
     def retire(self, claimant: Claimant) -> None:
         """A runner stops (``Store.retire``): nothing here leases starts across
         processes."""
-
-    def _lone_commit(self) -> AbstractContextManager[Any]:
-        """A connection for a commit that shares no statement with another: a DAG node's.
-        PostgreSQL's never waits for the connections the grouped commits queue for."""
-        return self._statement()
 
     # -- Decisions: the CAS commits --------------------------------------------------------
     def _apply_plan(
@@ -216,77 +208,6 @@ class SqlStore(SqlReads):
         if isinstance(commit.decision.task, Park | Reschedule | Finish) and claim is None:
             self._made_due()
         return int(row["version"]), claimed
-
-    def _dag_plan(self, commit: DagCommit, params: dict[str, Any]) -> list[str]:
-        """The pieces of a ``dag_apply``: its own CAS and tail around the shared ones."""
-        dead = ["apply_dead_letter"] if commit.decision.dead_letter is not None else []
-        head = "dag_head_relaxed" if commit.blockers else "dag_head"
-        return [head, "append_events", *dead, *self._dag_tail(commit, params)]
-
-    def _dag_tail(self, commit: DagCommit, params: dict[str, Any]) -> list[str]:
-        """The tail's pieces: SQLite's is one script, its statements guarded."""
-        return ["dag_tail"]
-
-    def dag_apply(self, commit: DagCommit) -> int:
-        return self.dag_commit(commit).version
-
-    def dag_commit(
-        self,
-        commit: DagCommit,
-        *,
-        take: Literal["handed", "sibling"] | None = None,
-        lease: float = 0.0,
-        incarnation: str = "",
-    ) -> DagApplied:
-        params = dag_apply_params(commit, self._encode)
-        # A completion its blockers vouch for commits on a later version too (the store
-        # checks, under the instance's row lock, its own task and one of those still open).
-        params["blockers"] = self._array(commit.blockers)
-        if take == "handed":
-            # The dispatched task is inserted leased (the claim's columns, its attempt
-            # counted) and the decision carries its NODE_STARTED: what dag_claim would have
-            # written, in the commit that dispatched it, for the worker free to run it now.
-            if handed_task(commit.decision) is None:
-                raise ValueError(
-                    "dag_commit(take='handed') hands off exactly one node task due now"
-                )
-            params.update(token=new_lease_token(incarnation), lease=lease)
-        elif take == "sibling":
-            # Another node task of the instance, due now, leased in the commit as dag_claim
-            # leases it (its NODE_STARTED written by the store): under the instance's row
-            # lock, which dag_claim skips, so no claim takes it meanwhile.
-            if not takes_sibling(commit.decision):
-                raise ValueError(
-                    "dag_commit(take='sibling') takes a node task in a commit that neither "
-                    "ends the instance, sets its status, retries a node nor hands one over"
-                )
-            params.update(sib_token=new_lease_token(incarnation), lease=lease)
-        row = self._dag_apply(commit, params)
-        taken = None if row["taken"] is None else self._json(row["taken"])
-        # The seqs come back in insertion order, which is the decision's (append_events
-        # inserts its rows in order); sorted in case a driver's aggregate is not.
-        seqs = tuple(sorted(int(s) for s in self._json(row["seqs"]) or ()))
-        if len(seqs) != len(commit.decision.events):
-            raise StoreError(
-                f"{self.dialect}: DAG commit of {commit.instance_id}: "
-                f"{len(commit.decision.events)} events, {len(seqs)} seqs returned"
-            )
-        task = None if taken is None else task_record({**taken, "leased": True})
-        return DagApplied(int(row["version"]), seqs, task)
-
-    def _dag_apply(self, commit: DagCommit, params: dict[str, Any]) -> Row:
-        params["n_events"] = len(commit.decision.events)
-        try:
-            plan = self._dag_plan(commit, params)
-            with self._lone_commit() as conn:
-                row = self._run_decision(conn, plan, self._params(**params))
-        except ConcurrencyConflict:  # a node task already open, or an event: a lost race
-            raise ConcurrencyConflict(commit.instance_id, commit.version) from None
-        if row is None:  # the executor re-reads anyway: no round trip for the current version
-            raise ConcurrencyConflict(commit.instance_id, commit.version)
-        if dag_wakes(commit.decision):
-            self._made_due()
-        return row
 
     # -- Quarantine ---------------------------------------------------------------------
     def _quarantine_params(self, instance_id: str, reason: str, worker: str) -> dict[str, Any]:

@@ -51,6 +51,9 @@ class PostgresStore(PgGrouped):
     # claim as one transaction took two round trips more (BEGIN, COMMIT) than the commit it
     # saved (bench/README.md, "the finish and the next claim in one transaction").
     one_writer = False
+    # A runner's completions on one instance, committed together (runtime/dag_group.py):
+    # one statement's fixed cost for several of a fan-out's branches.
+    dag_group_most = 32
 
     def _dag_tail(self, commit: DagCommit, params: dict[str, Any]) -> list[str]:
         # The retry's and the sibling's CTEs only where the commit has either: every CTE

@@ -1239,9 +1239,9 @@ WITH locked AS (
 , gone AS (
     -- The settled node's task goes whoever holds it now (unlike `retried`): its run's
     -- result is in the log once, and a later holder of that run finds the task gone
-    -- and writes nothing.
+    -- and writes nothing. %(dones)s: that node's, or a group's nodes' (`also_done`).
     DELETE FROM wf_tasks t USING inst
-    WHERE t.instance_id = inst.id AND (%(finish)s OR t.slot = %(done)s)
+    WHERE t.instance_id = inst.id AND (%(finish)s OR t.slot = ANY(%(dones)s::text[]))
 ), added AS (
     -- No ON CONFLICT: a dispatched node whose task is still open fails the statement on
     -- the (instance_id, slot) key, which the store reports as a lost CAS, so the decision
@@ -1277,19 +1277,24 @@ WITH locked AS (
     -- counted, its NODE_STARTED), so a fan-out's branches run on the workers already in
     -- it with no claim each. Not one this commit adds (not in the snapshot), and locked as
     -- it is read, skipping one a claim holds (dag_claim skips the instance meanwhile: its
-    -- row is this statement's, `inst`).
+    -- row is this statement's, `inst`). A group's commit (runtime/dag_group.py) takes
+    -- up to %(sib_n)s, one for each of its workers, each under its own token (the
+    -- first is %(sib_token)s, `taken`; the others come back as `more_taken`).
     SELECT t.id FROM wf_tasks t, inst
     WHERE %(sib_token)s::text IS NOT NULL AND t.instance_id = inst.id AND t.kind = 'dag'
-      AND t.due_at <= now() AND t.slot IS DISTINCT FROM %(done)s
+      AND t.due_at <= now() AND NOT (t.slot = ANY(%(dones)s::text[]))
     ORDER BY t.priority, t.due_at
-    LIMIT 1
+    LIMIT %(sib_n)s
     FOR UPDATE OF t SKIP LOCKED
+), sib_n AS (
+    SELECT id, row_number() OVER (ORDER BY id) AS rn FROM sib
 ), sib_taken AS (
     UPDATE wf_tasks t
-    SET lease_owner = %(worker)s, lease_token = %(sib_token)s,
+    SET lease_owner = %(worker)s,
+        lease_token = (%(sib_tokens)s::text[])[n.rn],
         due_at = now() + %(lease)s * interval '1 second',
         attempt = t.attempt + 1, in_flight = true
-    FROM sib WHERE t.id = sib.id
+    FROM sib_n n WHERE t.id = n.id
     RETURNING t.*
 ), sib_started AS (
     INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker)
@@ -1326,7 +1331,9 @@ SELECT version,
                  OR EXISTS (SELECT 1 FROM retried)
             THEN pg_notify(%(channel)s, type) END AS notified,
        coalesce((SELECT to_jsonb(a) FROM added a WHERE a.lease_token IS NOT NULL),
-                (SELECT to_jsonb(s) FROM sib_taken s)) AS taken,
+                (SELECT to_jsonb(s) FROM sib_taken s WHERE s.lease_token = %(sib_token)s)) AS taken,
+       (SELECT jsonb_agg(to_jsonb(s)) FROM sib_taken s
+        WHERE s.lease_token IS DISTINCT FROM %(sib_token)s) AS more_taken,
        -- The seqs of the decision's events: the committer folds them into its cached
        -- view of the log without reading them back (SqlStore.dag_commit).
        (SELECT coalesce(jsonb_agg(seq ORDER BY seq), '[]') FROM ev) AS seqs,

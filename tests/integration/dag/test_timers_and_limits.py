@@ -13,7 +13,7 @@ from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.errors import NotFound, PayloadTooLarge
 from statemachine_wf.runtime import dag_handlers
-from statemachine_wf.runtime.dag_executor import INTERNAL_ATTEMPTS
+from statemachine_wf.runtime.dag_failures import INTERNAL_ATTEMPTS
 
 from . import helpers as h
 

@@ -53,6 +53,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "core.audit",
         "core.dag_interpret",
         "core.dag_vouch",
+        "core.dag_group",
     ),
     # The store port: its records and roles (and the core/ package itself, which imports
     # nothing).
@@ -72,6 +73,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "runtime.handback",
         "runtime.dag_executor",
         "runtime.dag_cache",
+        "runtime.dag_group",
+        "runtime.dag_failures",
         "runtime.dag_handlers",
         "runtime.dag_loops",
     ),
