@@ -322,16 +322,28 @@ class DagExecutor:
                 open_slots=s.open_slots,
             )
 
-        if self._group is not None and snap is None and taken is not None:
+        entry = self._cache.entry(instance_id)
+        if self._group is None or snap is not None or taken is None:
+            committed = self.commit_loop(instance_id, decide, snap, taken)
+        elif _free_of_others(entry):
+            # Nobody commits on the instance, nor waits to: alone, at once, under its lock
+            # (a chain's nodes always).
+            try:
+                committed = self._commit_locked(
+                    entry, instance_id, decide, None, taken, self._free(taken)
+                )
+            finally:
+                entry.lock.release()
+            if taken:
+                self._local.took = taken[-1]
+        else:
             # Committed with the completions of this runner's other threads queued on the
-            # instance meanwhile, if any (runtime/dag_group.py).
+            # instance meanwhile (runtime/dag_group.py).
             item = self._group.submit(instance_id, decide, self._free(taken))
             if item.claim is not None:
                 self._local.took = item.claim
                 taken.append(item.claim)
             committed = item.result
-        else:
-            committed = self.commit_loop(instance_id, decide, snap, taken)
         if not committed:
             log.info("instance %s: %s run %d result already recorded", instance_id, node, run)
             return False
@@ -528,3 +540,14 @@ class DagExecutor:
             attempt,
             gave_up=lambda: LeaseLost(f"instance {instance_id} keeps changing under this runner"),
         )
+
+
+def _free_of_others(entry: Cached) -> bool:
+    """Take ``entry``'s lock if no other thread of the runner holds it or waits to commit
+    (True: taken, to release)."""
+    if not entry.lock.acquire(blocking=False):
+        return False
+    if entry.queue:  # completions waiting for it: committed with this one (Grouper)
+        entry.lock.release()
+        return False
+    return True

@@ -4,13 +4,13 @@ A runner's threads commit on an instance one at a time (its cache entry's lock),
 fan-out's branches are one instance's: while one thread commits a branch, the others
 that finished one wait for it, and each then sent its own statement (a fan-out node cost
 about one commit). Now a thread that finishes a node queues its completion on the entry
-(:class:`Pending`), and the thread that takes the entry's lock next commits every
+(:class:`~.dag_cache.Pending`), and the thread that takes the entry's lock next commits every
 completion queued there in one statement: each decided in turn on the view with the ones
 before it folded in (:func:`~..core.dag_group.decide`), merged into one decision
 (``also_done``), and each free worker of the group leased its next branch in that same
 statement (``Store.dag_commit(siblings=n)``), or the node the last completion hands off.
 The others find their completion committed, and their next branch, when they get the
-lock. docs/architecture.md, "Group commit of a fan-out's branches".
+lock. docs/architecture.md, "A fan-out's branches committed together".
 
 Only while the runner has the instance to itself (no lost CAS, no commit on a later
 version): a group commits on the exact version it was decided on. Otherwise, and for
@@ -83,6 +83,10 @@ class Grouper:
                 with entry.queue_lock:
                     batch += entry.queue
                     entry.queue = []
+                if item not in batch:  # Pending has no __eq__: by identity
+                    # Taken from the queue by a thread that stopped before committing it
+                    # (only a BaseException does that): committed here, as if alone.
+                    batch.insert(0, item)
                 while batch:
                     batch = self._commit_some(entry, instance_id, batch)
         finally:

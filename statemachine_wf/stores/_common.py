@@ -152,9 +152,9 @@ def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
         "events": encode(new_event_dicts(d.events)),
         "finish": d.finish,
         "done": d.done,
-        "dones": [n for n in (d.done, *d.also_done) if n is not None],
-        "sib_n": 1,  # a group's: one sibling for each of its workers (PostgreSQL)
-        "sib_tokens": [],
+        "also_done": dumps(d.also_done) if d.also_done else "[]",  # a group's (PostgreSQL)
+        "sib_n": 1,  # a group's: one sibling for each of its workers
+        "sib_tokens": "[]",
         "retry": None if retry is None else retry.node,
         "retry_delay": 0.0 if retry is None else retry.delay,
         "retry_failures": 0 if retry is None else retry.failures,

@@ -12,7 +12,7 @@ from ..core.dag_interpret import handed_task, takes_sibling
 from ..core.store import DagApplied, DagCommit
 from ..errors import ConcurrencyConflict, StoreError
 from ._base import Row
-from ._common import dag_apply_params, dag_wakes, new_lease_token, task_record
+from ._common import dag_apply_params, dag_wakes, dumps, new_lease_token, task_record
 from ._overview import SqlReads
 
 
@@ -57,7 +57,6 @@ class DagCommits(SqlReads):
                 f"(at most {self.dag_group_most}), {siblings} siblings taken"
             )
         params = dag_apply_params(commit, self._encode)
-        params["dones"] = self._array(params["dones"])
         # A completion its blockers vouch for commits on a later version too (the store
         # checks, under the instance's row lock, its own task and one of those still open).
         params["blockers"] = self._array(commit.blockers)
@@ -81,7 +80,7 @@ class DagCommits(SqlReads):
                 )
             # A token for each worker of a group (one, outside a group).
             tokens = [new_lease_token(incarnation) for _ in range(siblings)]
-            params.update(sib_token=tokens[0], sib_tokens=self._array(tokens), lease=lease)
+            params.update(sib_token=tokens[0], sib_tokens=dumps(tokens), lease=lease)
             params["sib_n"] = siblings
         row = self._dag_apply(commit, params)
         taken = None if row["taken"] is None else self._json(row["taken"])
@@ -95,7 +94,7 @@ class DagCommits(SqlReads):
             )
         task = None if taken is None else task_record({**taken, "leased": True})
         more = self._json(row["more_taken"]) if siblings > 1 else None
-        more_tasks = tuple(task_record({**r, "leased": True}) for r in more or ())
+        more_tasks = tuple(task_record({**r, "leased": True}) for r in more) if more else ()
         return DagApplied(int(row["version"]), seqs, task, more_tasks)
 
     def _dag_apply(self, commit: DagCommit, params: dict[str, Any]) -> Row:
