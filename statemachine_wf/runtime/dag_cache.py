@@ -119,6 +119,8 @@ class DagCache:
         self.store = store
         self._entries: OrderedDict[str, Cached] = OrderedDict()
         self._graphs: OrderedDict[bytes, Graph] = OrderedDict()
+        self._parsing: dict[bytes, threading.Event] = {}
+        """The graphs being parsed, by key: set once each is cached (or its parse failed)."""
         self._lock = threading.Lock()
 
     def graph(self, view: LogView) -> Graph:
@@ -127,20 +129,36 @@ class DagCache:
         definition costs about 2 ms, and a graph's indexes (the joins' edges split, the
         loops) are built on first use. A graph is immutable, so instances share it. Keyed
         by a digest of the definition's JSON text, which costs about a sixth of a parse;
-        the text itself is not kept (a definition may be megabytes)."""
+        the text itself is not kept (a definition may be megabytes). Threads that need
+        the same graph while it is being parsed wait for that parse (a runner's workers
+        first read a definition's instances together: each parsed it, three times a
+        process in a four-process fan-out run)."""
         text = json.dumps(view.definition, separators=(",", ":"))
         key = hashlib.blake2b(text.encode(), digest_size=32).digest()
-        with self._lock:
-            graph = self._graphs.get(key)
-            if graph is not None:
-                self._graphs.move_to_end(key)
-                return graph
-        graph = view.graph()
-        with self._lock:
-            self._graphs[key] = graph
-            while len(self._graphs) > CACHED_GRAPHS:
-                self._graphs.popitem(last=False)
-        return graph
+        while True:
+            with self._lock:
+                graph = self._graphs.get(key)
+                if graph is not None:
+                    self._graphs.move_to_end(key)
+                    return graph
+                parsing = self._parsing.get(key)
+                if parsing is None:
+                    parsing = self._parsing[key] = threading.Event()
+                    break
+            # Parsed by another thread: its graph is cached once this is set. A parse that
+            # failed caches nothing, and this thread parses (and fails) in turn.
+            parsing.wait()
+        try:
+            graph = view.graph()
+            with self._lock:
+                self._graphs[key] = graph
+                while len(self._graphs) > CACHED_GRAPHS:
+                    self._graphs.popitem(last=False)
+            return graph
+        finally:
+            with self._lock:
+                del self._parsing[key]
+            parsing.set()
 
     def entry(self, instance_id: str) -> Cached:
         with self._lock:

@@ -12,6 +12,8 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from statemachine_wf import Runner, RunnerOptions, Status, Store
 from statemachine_wf.core.dag_interpret import LogView
 from statemachine_wf.core.store import DagApplied, DagCommit
@@ -314,6 +316,79 @@ def test_the_instances_of_one_definition_share_one_parsed_graph(
     cache.forget(a1)
     assert graph(a1) is g1
     assert len(parses) == 3
+
+
+def test_threads_reading_one_definition_together_parse_it_once(
+    store: Store, monkeypatch: Any
+) -> None:
+    """A runner's workers first read a definition's instances together: the first parses
+    the graph and the others wait for it (each parsed it before, three times a process in
+    a four-process fan-out run: bench/README.md, "Session 50")."""
+    import threading
+    import time
+
+    from statemachine_wf.core import dag_interpret
+    from statemachine_wf.runtime import dag_cache
+
+    parses: list[str] = []
+    real_check = dag_interpret.check  # type: ignore[attr-defined]  # its import, patched below
+
+    def slow(definition: Any) -> Any:
+        parses.append(definition.name)
+        time.sleep(0.2)  # the others arrive while this one parses
+        return real_check(definition)
+
+    monkeypatch.setattr(dag_interpret, "check", slow)
+    client = DagClient(store)
+    ids = [client.start(h.linear(3), {"x": n}) for n in range(4)]
+    cache = dag_cache.DagCache(store)
+    start = threading.Barrier(len(ids))
+    graphs: dict[str, Any] = {}
+
+    def read(iid: str) -> None:
+        entry = cache.entry(iid)
+        start.wait(timeout=10)
+        assert cache.read(entry, iid) is not None
+        graphs[iid] = entry.graph
+
+    threads = [threading.Thread(target=read, args=(iid,)) for iid in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(parses) == 1
+    assert len(graphs) == len(ids)
+    assert len({id(g) for g in graphs.values()}) == 1
+    assert cache._parsing == {}
+
+
+def test_a_parse_that_fails_is_tried_again_by_the_next_reader(
+    store: Store, monkeypatch: Any
+) -> None:
+    from statemachine_wf.core import dag_interpret
+    from statemachine_wf.runtime import dag_cache
+
+    real_check = dag_interpret.check  # type: ignore[attr-defined]  # its import, patched below
+    calls: list[str] = []
+
+    def failing_once(definition: Any) -> Any:
+        calls.append(definition.name)
+        if len(calls) == 1:
+            raise RuntimeError("parse failed")
+        return real_check(definition)
+
+    monkeypatch.setattr(dag_interpret, "check", failing_once)
+    iid = DagClient(store).start(h.linear(2), {})
+    cache = dag_cache.DagCache(store)
+    entry = cache.entry(iid)
+    with pytest.raises(RuntimeError, match="parse failed"):
+        cache.read(entry, iid)
+    assert cache._parsing == {}  # nobody left waiting on it
+    cache.forget(iid)
+    entry = cache.entry(iid)
+    assert cache.read(entry, iid) is not None
+    assert entry.graph is not None
+    assert len(calls) == 2
 
 
 def test_the_parsed_graphs_are_bounded(store: Store, monkeypatch: Any) -> None:
