@@ -80,8 +80,9 @@ class DagCommits(SqlReads):
                 )
             # A token for each worker of a group (one, outside a group).
             tokens = [new_lease_token(incarnation) for _ in range(siblings)]
-            params.update(sib_token=tokens[0], sib_tokens=dumps(tokens), lease=lease)
-            params["sib_n"] = siblings
+            params.update(
+                sib_token=tokens[0], sib_tokens=dumps(tokens), sib_n=siblings, lease=lease
+            )
         row = self._dag_apply(commit, params)
         taken = None if row["taken"] is None else self._json(row["taken"])
         # The seqs come back in insertion order, which is the decision's (append_events
