@@ -231,12 +231,18 @@ class TaskQueue(Protocol):
         ...
 
     def next_due(
-        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
+        self,
+        *,
+        types: Sequence[str],
+        dag_types: Sequence[str] | None = None,
+        worker: str = "",
     ) -> float | None:
         """Seconds until the next task of these types is due (0 if one is due), or None.
 
         With ``dag_types``: state-machine tasks of ``types`` and DAG node tasks of
-        ``dag_types`` only (what a runner's two claims take), not any task of a type.
+        ``dag_types`` only (what a runner's two claims take), not any task of a type. With
+        ``worker`` (not ``""``), as that runner's claims see them: a DAG node task left to another
+        runner for a while (PostgreSQL's ``dag_sticky``) is due once that while is over.
         """
         ...
 

@@ -23,6 +23,10 @@ DEFAULT_SCHEMA = "public"
 # on 2 cores went from 0.52 of raw SQL's step rate with 12 connections each to 0.71 with 3
 # (bench/README.md, "Session 38"; docs/architecture.md, "Connections").
 DEFAULT_POOL_SIZE = 4
+DEFAULT_DAG_STICKY = 1.0
+"""Seconds a DAG node task a runner's commit dispatches is left to that runner before other
+runners take it (PostgreSQL; 0: at once): four processes ran a fan-out 1.5 times as fast
+with 1 s, and 50 ms did nothing (bench/README.md, "Session 51")."""
 DEFAULT_MAX_DAG_BYTES = 2 * 1024 * 1024
 DEFAULT_MAX_DAG_NODES = 10_000
 DEFAULT_DASHBOARD_SESSION_MAX_AGE = 12 * 3600.0
@@ -52,6 +56,9 @@ class Config:
             node's commit apart. Env: ``SWF_PG_POOL_SIZE``.
         dag_connections: how many more connections DAG node commits may open (0: they
             share the ``pool_size`` ones). Env: ``SWF_PG_DAG_CONNECTIONS``.
+        dag_sticky: seconds a DAG node task a runner's commit dispatches is left to that
+            runner before other runners' claims take it (0: at once). Env:
+            ``SWF_PG_DAG_STICKY``.
         pool_timeout: seconds a PostgreSQL call waits for a connection before it raises
             ``StoreUnavailable`` (runners then try again, for as long as it takes). Env:
             ``SWF_PG_POOL_TIMEOUT``.
@@ -80,6 +87,7 @@ class Config:
     max_payload_bytes: int | None = None
     pool_size: int = DEFAULT_POOL_SIZE
     dag_connections: int = 0
+    dag_sticky: float = DEFAULT_DAG_STICKY
     pool_timeout: float = 30.0
     reconnect_interval: float = 0.5
     max_dag_bytes: int = DEFAULT_MAX_DAG_BYTES
@@ -98,6 +106,8 @@ class Config:
             raise ValueError(f"pool_size must be >= 1, got {self.pool_size}")
         if self.dag_connections < 0:
             raise ValueError(f"dag_connections must be >= 0, got {self.dag_connections}")
+        if not (math.isfinite(self.dag_sticky) and self.dag_sticky >= 0):
+            raise ValueError(f"dag_sticky must be >= 0 seconds, got {self.dag_sticky}")
         if not self.pool_timeout > 0:
             raise ValueError(f"pool_timeout must be > 0 seconds, got {self.pool_timeout}")
         if not self.reconnect_interval > 0:
@@ -141,6 +151,7 @@ class Config:
                 max_payload_bytes=cls.payload_limit_from_env(env),
                 pool_size=int(env.get("SWF_PG_POOL_SIZE", str(DEFAULT_POOL_SIZE))),
                 dag_connections=int(env.get("SWF_PG_DAG_CONNECTIONS") or "0"),
+                dag_sticky=float(env.get("SWF_PG_DAG_STICKY") or DEFAULT_DAG_STICKY),
                 pool_timeout=float(env.get("SWF_PG_POOL_TIMEOUT", "30")),
                 reconnect_interval=float(env.get("SWF_PG_RECONNECT_INTERVAL", "0.5")),
                 max_dag_bytes=cls.dag_limit_from_env("SWF_MAX_DAG_BYTES", env),
@@ -183,6 +194,7 @@ class Config:
             "schema": self.schema,
             "pool_size": self.pool_size,
             "dag_connections": self.dag_connections,
+            "dag_sticky": self.dag_sticky,
             "pool_timeout": self.pool_timeout,
             "reconnect_interval": self.reconnect_interval,
         }

@@ -366,12 +366,14 @@ class Runner:
         self.driver.close_loop()
 
     def _look_first(self, *, look: bool = False) -> tuple[float, float | None]:
-        """When it was asked (monotonic) and what ``next_due`` says, if ``look`` or the
-        worker's last instance ended with no claim; else due now (a claim goes first)."""
+        """When it was asked (monotonic) and what ``next_due`` says (as this runner's DAG claims
+        see tasks: dag_sticky) if ``look`` or its last instance ended with no claim; else 0."""
         asked, look = time.monotonic(), look or self._local.look_first
+        me = self.worker_id if self.dag_types else ""  # run_until_idle asks as any runner
         self._local.look_first = False
-        due = self.store.next_due(types=self.types, dag_types=self.dag_types) if look else 0.0
-        return asked, due
+        if not look:
+            return asked, 0.0
+        return asked, self.store.next_due(types=self.types, dag_types=self.dag_types, worker=me)
 
     def _sleep(self, wait: float) -> Claim | None:
         """Sleep up to ``wait`` s, or the safety poll if displaced as the timer holder; a

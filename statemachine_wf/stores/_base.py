@@ -374,15 +374,6 @@ class SqlBase(ABC):
     def lease_incarnations(self, *, worker: str) -> list[str]:
         return [str(r["inc"]) for r in self._read_all("lease_incarnations", worker=worker)]
 
-    def next_due(
-        self, *, types: Sequence[str], dag_types: Sequence[str] | None = None
-    ) -> float | None:
-        query = "next_due" if dag_types is None else "next_due_kinds"
-        row = self._read_one(query, types=self._array(types), dag=self._array(dag_types or ()))
-        if row is None or row["wait"] is None:
-            return None
-        return max(0.0, float(row["wait"]))
-
     def wake_instances(self, instance_ids: Sequence[str]) -> None:
         # Only tasks no runner holds: a leased task's due time is its lease.
         self._write_all("wake_instances", ids=self._array(list(instance_ids)))

@@ -19,6 +19,9 @@ from ._overview import SqlReads
 class DagCommits(SqlReads):
     """``dag_apply`` and ``dag_commit`` over a dialect's primitives."""
 
+    dag_sticky: float = 0.0
+    """Seconds a DAG node task a commit dispatches is its runner's alone (0: anyone's)."""
+
     dag_group_most: int = 1
     """The most node completions of one instance a ``dag_commit`` carries (1: no groups;
     ``DagRuns.dag_group_most``)."""
@@ -60,6 +63,7 @@ class DagCommits(SqlReads):
         # A completion its blockers vouch for commits on a later version too (the store
         # checks, under the instance's row lock, its own task and one of those still open).
         params["blockers"] = self._array(commit.blockers)
+        params["sticky"] = self.dag_sticky
         if take == "handed":
             # The dispatched task is inserted leased (the claim's columns, its attempt
             # counted) and the decision carries its NODE_STARTED: what dag_claim would have

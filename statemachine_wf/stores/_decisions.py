@@ -239,6 +239,20 @@ class SqlStore(DagCommits):
         them; SQLite reads them in the claim's transaction."""
         return row["signals"]
 
+    def next_due(
+        self,
+        *,
+        types: Sequence[str],
+        dag_types: Sequence[str] | None = None,
+        worker: str = "",
+    ) -> float | None:
+        query = "next_due" if dag_types is None else "next_due_kinds"
+        dag = self._array(dag_types or ())
+        row = self._read_one(query, types=self._array(types), dag=dag, worker=worker)
+        if row is None or row["wait"] is None:
+            return None
+        return max(0.0, float(row["wait"]))
+
     def _claim_params(
         self, types: Sequence[str], worker: str, lease: float, limit: int, incarnation: str
     ) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 from ..core.store import Claimant
-from ..definition.config import DEFAULT_POOL_SIZE
+from ..definition.config import DEFAULT_DAG_STICKY, DEFAULT_POOL_SIZE
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
 from ._common import loads
@@ -226,6 +226,7 @@ class PgConnections(SqlStore):
         schema: str = "public",
         pool_size: int = DEFAULT_POOL_SIZE,
         dag_connections: int = 0,
+        dag_sticky: float = DEFAULT_DAG_STICKY,
         listen: bool = True,
         pool_timeout: float = 30.0,
         reconnect_interval: float = 0.5,
@@ -240,11 +241,13 @@ class PgConnections(SqlStore):
                 ``DEFAULT_POOL_SIZE``: see why), DAG node commits on ``dag_connections``
                 apart.
             dag_connections: how many more connections DAG node commits may open (0: they
-                wait for the ``pool_size`` ones with every other call). A state machine's
-                decision waiting for a connection joins the next group statement; a DAG
-                node's commit goes alone, so with these it waits for none of the others
-                (docs/architecture.md, "Connections": a one-process runner of independent
-                DAG instances gains, a fan-out or several processes on few cores lose).
+                wait for the ``pool_size`` ones with every other call), so that they wait
+                for none of the others (docs/architecture.md, "Connections": a one-process
+                runner of independent DAG instances gains, a fan-out or several processes
+                on few cores lose).
+            dag_sticky: seconds a DAG node task a runner's commit dispatches stays that
+                runner's before other runners' claims take it (0: at once; docs/
+                architecture.md, "A DAG instance's tasks kept to their runner").
             listen: wake runners on ``LISTEN``/``NOTIFY`` (one extra connection).
             pool_timeout: seconds a call waits for a connection before it raises
                 :class:`~statemachine_wf.errors.StoreUnavailable`; while the database is
@@ -255,9 +258,7 @@ class PgConnections(SqlStore):
         """
         if not _IDENT.fullmatch(schema):  # fullmatch: "$" would let a trailing newline in
             raise ValueError(f"schema must be a lowercase identifier, got {schema!r}")
-        if len(schema) > _MAX_SCHEMA:
-            # The wake channel swf_wake_<schema> is an identifier too: pg_notify refuses
-            # one over 63 bytes, which would fail every start of a longer schema.
+        if len(schema) > _MAX_SCHEMA:  # pg_notify refuses a longer channel: every start fails
             raise ValueError(
                 f"schema must be at most {_MAX_SCHEMA} characters (its wake channel "
                 f"swf_wake_<schema> must fit PostgreSQL's 63-byte names), got {len(schema)}"
@@ -269,10 +270,13 @@ class PgConnections(SqlStore):
             )
         if not pool_timeout > 0:
             raise ValueError(f"pool_timeout must be > 0 seconds, got {pool_timeout}")
+        if not 0 <= dag_sticky < float("inf"):  # NaN too
+            raise ValueError(f"dag_sticky must be >= 0 seconds, got {dag_sticky}")
         if not reconnect_interval > 0:
             raise ValueError(f"reconnect_interval must be > 0 seconds, got {reconnect_interval}")
         self.url = url
         self.schema = schema
+        self.dag_sticky = float(dag_sticky)
         self.channel = f"swf_wake_{schema}"
         self.live_channel = live_channel(schema)  # what the statements that grow a log notify
         info = psycopg.conninfo.conninfo_to_dict(url)

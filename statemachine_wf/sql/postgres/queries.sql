@@ -935,12 +935,13 @@ SELECT extract(epoch FROM (swf_first_due(%(types)s::text[], NULL) - now()))::flo
 -- name: next_due_kinds
 -- A kind with no types is not asked (a runner of state machines only, or of DAGs only):
 -- a call of swf_first_due costs about as much as the rest of the statement. least()
--- passes over the NULL.
+-- passes over the NULL. A DAG task sticky to another runner (migration 024) is due for
+-- %(worker)s when its stickiness ends.
 SELECT extract(epoch FROM (least(
            CASE WHEN cardinality(%(types)s::text[]) > 0
                 THEN swf_first_due(%(types)s::text[], 'machine') END,
            CASE WHEN cardinality(%(dag)s::text[]) > 0
-                THEN swf_first_due(%(dag)s::text[], 'dag') END) - now()))::float8
+                THEN swf_first_due_dag(%(dag)s::text[], %(worker)s) END) - now()))::float8
        AS wait;
 
 -- name: dead_letter
@@ -1117,8 +1118,9 @@ SELECT id, CASE WHEN %(notify)s THEN pg_notify(%(channel)s, type) END FROM ins;
 -- commits in seq order and a reader at seq s has seen everything below s (live.py).
 WITH picked AS (
     -- Per type down wf_tasks_type_pick, each row and its instance's locked as they are
-    -- read (swf_dag_pick, migration 015: a plan that holds without statistics).
-    SELECT id FROM swf_dag_pick(%(types)s, %(limit)s)
+    -- read (swf_dag_pick, migration 015: a plan that holds without statistics), another
+    -- runner's task passed over while it is sticky (migration 024).
+    SELECT id FROM swf_dag_pick(%(types)s, %(limit)s, %(worker)s)
 ), claimed AS (
     UPDATE wf_tasks t
     SET lease_owner = %(worker)s, lease_token = %(token)s,
@@ -1251,15 +1253,19 @@ WITH locked AS (
     -- is made again on a fresh read.
     -- With %(token)s (dag_apply_take: one task, due now), the task is leased to the
     -- committing worker as dag_claim leases it, its try counted; the decision's last
-    -- event is its NODE_STARTED.
+    -- event is its NODE_STARTED. Otherwise, with %(sticky)s seconds (dag_sticky), the
+    -- task is this runner's alone until then (migration 024).
     INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
-                          lease_owner, lease_token, in_flight)
+                          lease_owner, lease_token, in_flight, sticky_to, sticky_until)
     SELECT inst.id, d.node, d.node, 'dag', inst.type, inst.priority,
            now() + CASE WHEN %(token)s::text IS NULL THEN d.delay ELSE %(lease)s END
                    * interval '1 second',
            d.attempt + (%(token)s::text IS NOT NULL)::int,
            CASE WHEN %(token)s::text IS NOT NULL THEN %(worker)s END, %(token)s,
-           %(token)s::text IS NOT NULL
+           %(token)s::text IS NOT NULL,
+           CASE WHEN %(token)s::text IS NULL AND %(sticky)s > 0 THEN %(worker)s END,
+           CASE WHEN %(token)s::text IS NULL AND %(sticky)s > 0
+                THEN now() + (d.delay + %(sticky)s) * interval '1 second' END
     FROM inst, jsonb_to_recordset(%(dispatch)s::jsonb) AS d (node text, delay float8, attempt int)
     RETURNING *
 )

@@ -38,12 +38,18 @@ class _LateSleeper:
         self.entered = threading.Event()
         self.stopping = threading.Event()
 
-    def next_due(self, *, types: Sequence[str], dag_types: Sequence[str] | None = None) -> Any:
+    def next_due(
+        self,
+        *,
+        types: Sequence[str],
+        dag_types: Sequence[str] | None = None,
+        worker: str = "",
+    ) -> Any:
         if not self.entered.is_set():
             self.entered.set()
             self.stopping.wait(10)
             time.sleep(0.3)  # past stop()'s first store.wake()
-        return self._store.next_due(types=types, dag_types=dag_types)
+        return self._store.next_due(types=types, dag_types=dag_types, worker=worker)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -30,10 +30,20 @@ from statemachine_wf import (
 from statemachine_wf.core.records import InstanceRecord
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition, Registry, node_context
 from statemachine_wf.definition.dag_models import NodeRetry
+from statemachine_wf.stores._dagcommit import DagCommits
 
 registry = Registry()
 calls: Counter[str] = Counter()
 _lock = threading.Lock()
+
+
+def shared_at_once(store: Store) -> Store:
+    """``store`` with PostgreSQL's ``dag_sticky`` off: another runner takes a task one
+    runner's commit dispatched at once, as it does once the stickiness is over (for tests
+    of two runners racing on one instance's tasks)."""
+    if isinstance(store, DagCommits):
+        store.dag_sticky = 0.0
+    return store
 
 
 def _count(key: str) -> int:

@@ -111,6 +111,7 @@ def test_a_cache_behind_the_log_runs_and_vouches_branches_without_reading(
     branches (first tries of runs the cache holds dispatched) run and commit on it with no
     read; the last branch, which nothing vouches for any more, is decided again on a read
     and dispatches the join once."""
+    h.shared_at_once(store)  # the other runner takes mine's dispatched branches at once
     client = DagClient(store)
     iid = client.start(h.fan_out(6), {"x": 1})
     spy = _Spy(store)
@@ -243,6 +244,7 @@ def test_a_node_tried_elsewhere_since_the_cache_is_read_before_it_runs(store: St
     b.node("n", "python", function="count", args={"name": "n"})
     b.node("e", "end", outputs={"n": "{{ctx.n}}"})
     b.chain("s", "n", "e")
+    h.shared_at_once(store)  # another runner may try mine's dispatched node at once
     client = DagClient(store)
     iid = client.start(b.build(), {})
     loop = asyncio.new_event_loop()

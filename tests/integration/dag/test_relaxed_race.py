@@ -40,6 +40,7 @@ def committing_while_held(
     """b1's completion, vouched for by b0 alone, sent while ``admin`` holds the instance
     row as another runner's commit would (the version moved on; with ``settle_blocker``
     b0's task deleted too, b0 completing); then ``admin`` commits. What the store said."""
+    pg_store.dag_sticky = 0.0  # the branches are claimed by two runners at once
     iid, claims = relaxed.branches(pg_store)
     b1 = replace(relaxed.vouched(pg_store, claims["b1"]), blockers=("b0",))
     admin.execute("UPDATE wf_instances SET version = version + 1 WHERE id = %s", (iid,))

@@ -14,6 +14,7 @@ def test_pool_settings_from_the_environment_become_store_options() -> None:
             "SWF_PG_SCHEMA": "jobs",
             "SWF_PG_POOL_SIZE": "4",
             "SWF_PG_DAG_CONNECTIONS": "2",
+            "SWF_PG_DAG_STICKY": "0.5",
             "SWF_PG_POOL_TIMEOUT": "5",
             "SWF_PG_RECONNECT_INTERVAL": "0.25",
         }
@@ -22,11 +23,14 @@ def test_pool_settings_from_the_environment_become_store_options() -> None:
         "schema": "jobs",
         "pool_size": 4,
         "dag_connections": 2,
+        "dag_sticky": 0.5,
         "pool_timeout": 5.0,
         "reconnect_interval": 0.25,
     }
     assert Config().dag_connections == 0  # DAG commits share the pool_size connections
     assert Config.from_env({"SWF_PG_DAG_CONNECTIONS": ""}).dag_connections == 0
+    assert Config().dag_sticky == 1.0  # a runner's dispatched DAG tasks are its for 1 s
+    assert Config.from_env({"SWF_PG_DAG_STICKY": ""}).dag_sticky == 1.0
     assert Config().pool_timeout == 30.0
     assert Config().reconnect_interval == 0.5
     assert Config(database_url="sqlite:///x.db", pool_size=2).store_options() == {}
@@ -37,6 +41,8 @@ def test_pool_settings_from_the_environment_become_store_options() -> None:
     [
         ("SWF_PG_POOL_SIZE", "0", "pool_size must be >= 1"),
         ("SWF_PG_DAG_CONNECTIONS", "-1", "dag_connections must be >= 0"),
+        ("SWF_PG_DAG_STICKY", "-1", "dag_sticky must be >= 0"),
+        ("SWF_PG_DAG_STICKY", "nan", "dag_sticky must be >= 0"),
         ("SWF_PG_POOL_TIMEOUT", "0", "pool_timeout must be > 0"),
         ("SWF_PG_RECONNECT_INTERVAL", "-1", "reconnect_interval must be > 0"),
     ],
