@@ -148,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="connections a DAG runner's node commits may add to its pool (default 0)",
     )
+    dag.add_argument(
+        "--dag-sticky",
+        type=float,
+        default=None,
+        help="seconds a DAG task a PostgreSQL runner dispatches stays its own "
+        "(default: the library's, 1)",
+    )
 
     authoring = sub.add_parser(
         "authoring", help="lines of workflow code per workflow class (imports, docstrings out)"
@@ -326,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         ds.count = args.count
         ds.pooled = args.pooled
         ds.dag_connections = args.dag_connections
+        ds.dag_sticky = args.dag_sticky
         ds.sqlite_concurrency = args.sqlite_concurrency
 
         def log_dag(msg: str) -> None:

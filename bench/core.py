@@ -105,7 +105,10 @@ def open_store(spec: dict[str, Any]) -> Any:
         # The library's default pool (DEFAULT_POOL_SIZE), as a user's runner has it; the
         # DAG runs may give their DAG commits connections of their own (bench dag).
         return PostgresStore(
-            dsn, schema=spec["schema"], dag_connections=spec.get("dag_connections", 0)
+            dsn,
+            schema=spec["schema"],
+            dag_connections=spec.get("dag_connections", 0),
+            **({"dag_sticky": spec["dag_sticky"]} if "dag_sticky" in spec else {}),
         )
     from statemachine_wf.stores.sqlite import SQLiteStore
 

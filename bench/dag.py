@@ -96,6 +96,8 @@ class Settings:
     tmp: str = ""
     count: bool = False
     """Count each runner process's statements (bench/statements.py), summed a row."""
+    dag_sticky: float | None = None
+    """The DAG runners' PostgreSQL stores' ``dag_sticky`` (None: the library's default)."""
     dag_connections: int = 0
     """The DAG runners' stores' ``dag_connections`` (0, the default: DAG commits wait for
     the ``pool_size`` connections with every other call)."""
@@ -207,6 +209,8 @@ def run_dag(s: Settings, store: str, procs: int, shape: str) -> Row:
     spec = core._spec(cs, store, f"dag_{shape}_{procs}p")
     spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
     spec["dag_connections"] = s.dag_connections
+    if s.dag_sticky is not None:
+        spec["dag_sticky"] = s.dag_sticky
     core.fresh_store(spec)
     try:
         ids = precreate(spec, shape, s.instances, "noop_pooled" if s.pooled else "noop")
@@ -320,12 +324,13 @@ def table(rows: list[Row], s: Settings) -> str:
             f"{r.name:<28} {r.rate:>6.0f} {unit:<5} {ratio:>8} {r.cpu_ms:>12} {join:>16} {busy:>5}"
         )
     lines.append("")
+    sticky = "the default (1 s)" if s.dag_sticky is None else f"{s.dag_sticky} s"
     lines.append(
         f"{s.instances} instances per shape (fanout: 1 -> {WIDTH} -> join -> end, "
         f"{node_count('fanout')} nodes; chain: {DEPTH} in a row, {node_count('chain')} nodes); "
         f"state machine: {s.steps_n} workflows x {core.STEPS} steps. Node function: "
         + ("noop_pooled (the runner's pool, 30 s timeout)" if s.pooled else "noop, inline")
-        + f". DAG runners' dag_connections: {s.dag_connections}.\n"
+        + f". DAG runners' dag_connections: {s.dag_connections}; dag_sticky: {sticky}.\n"
         f"Threads per runner process: pg {s.pg_concurrency}, sqlite {s.sqlite_concurrency}; "
         f"cpus={os.cpu_count()}. vs step: nodes/s over the state-machine steps/s of the same "
         "store and process count.\ncpu ms/unit: runner processes (+ their postgres backends) "
