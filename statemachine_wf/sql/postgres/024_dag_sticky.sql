@@ -74,16 +74,19 @@ BEGIN
              ORDER BY t.due_at
              LIMIT 1
          ) AS x),
-        -- sticky_until is due_at + dag_sticky: the first by due_at is the first free.
-        (SELECT min(x.free_at)
+        -- Among the first few by due time only: a filter down the whole index would read
+        -- every task of the type when none is sticky, at each idle loop. Others' sticky
+        -- tasks that are due come first in that order; any further down are found once
+        -- this runner wakes at the first due time above and asks again.
+        (SELECT min(greatest(x.due_at, x.sticky_until))
          FROM unnest(types) AS ty (type)
          CROSS JOIN LATERAL (
-             SELECT greatest(t.due_at, t.sticky_until) AS free_at FROM wf_tasks t
+             SELECT t.due_at, t.sticky_to, t.sticky_until FROM wf_tasks t
              WHERE t.type = ty.type AND t.kind = 'dag'
-               AND me <> '' AND t.sticky_until > now() AND t.sticky_to IS DISTINCT FROM me
              ORDER BY t.due_at
-             LIMIT 1
-         ) AS x)
+             LIMIT 8
+         ) AS x
+         WHERE me <> '' AND x.sticky_until > now() AND x.sticky_to IS DISTINCT FROM me)
     );
 END
 $$;
