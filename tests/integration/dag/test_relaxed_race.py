@@ -26,6 +26,8 @@ from statemachine_wf.stores.postgres import PostgresStore
 from tests.contract import test_dag_relaxed as relaxed
 from tests.plugins.stores import PG_DSN
 
+from . import helpers as h
+
 
 @pytest.fixture
 def admin(pg_store: PostgresStore, pg_schema: str) -> Iterator[psycopg.Connection[Any]]:
@@ -40,7 +42,7 @@ def committing_while_held(
     """b1's completion, vouched for by b0 alone, sent while ``admin`` holds the instance
     row as another runner's commit would (the version moved on; with ``settle_blocker``
     b0's task deleted too, b0 completing); then ``admin`` commits. What the store said."""
-    pg_store.dag_sticky = 0.0  # the branches are claimed by two runners at once
+    h.shared_at_once(pg_store)  # the branches are claimed by two runners at once
     iid, claims = relaxed.branches(pg_store)
     b1 = replace(relaxed.vouched(pg_store, claims["b1"]), blockers=("b0",))
     admin.execute("UPDATE wf_instances SET version = version + 1 WHERE id = %s", (iid,))
