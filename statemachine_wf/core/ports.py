@@ -433,6 +433,10 @@ class DagRuns(Protocol):
     """The most node completions of one instance one ``dag_commit`` carries (1: none
     together): a decision with ``also_done`` (``core.dag_group``)."""
 
+    dag_sticky: float
+    """Seconds the node tasks a ``dag_commit`` dispatches stay its runner's alone (0:
+    anyone's at once; SQLite's is 0)."""
+
     def dag_create(self, new: NewDagInstance) -> tuple[str, bool]:
         """Insert a DAG instance; a known idempotency key returns ``(existing_id, False)``."""
         ...
@@ -474,6 +478,7 @@ class DagRuns(Protocol):
         lease: float = 0.0,
         incarnation: str = "",
         siblings: int = 1,
+        keep: int | None = None,
     ) -> DagApplied:
         """``dag_apply``, returning also the seqs the decision's events took: what a
         runner needs to fold its own commit into its cached view of the log instead of
@@ -498,6 +503,9 @@ class DagRuns(Protocol):
         each under a token of its own): the first is ``DagApplied.task``, the rest
         ``DagApplied.more``.
 
+        Of the tasks the decision dispatches (none handed over), the first ``keep`` (None:
+        all) stay ``commit.worker``'s alone for ``dag_sticky`` seconds after they fall due.
+
         Raises:
             ValueError: ``take`` is not allowed for the decision
                 (``dag_interpret.hand_off`` / ``takes_sibling``), a group larger than
@@ -505,6 +513,13 @@ class DagRuns(Protocol):
             ConcurrencyConflict: the instance is no longer at ``commit.version`` (and,
                 with blockers, they no longer vouch for the decision).
         """
+        ...
+
+    def dag_unkeep(self, instance_id: str, *, worker: str, keep: int) -> int:
+        """Leave at most ``keep`` of the node tasks of ``instance_id`` that ``worker``'s
+        commits keep to it (``dag_commit(keep=)``) and nobody holds yet; the others, the
+        last dispatched first, are any runner's at once (and other runners are told).
+        The number given back (0 where nothing is kept: SQLite)."""
         ...
 
     def dag_save(self, name: str, definition: dict[str, Any]) -> int:

@@ -79,6 +79,7 @@ from .dag_handlers import (
     Registry,
     run_handler,
 )
+from .dag_keep import Keeper, work
 from .dag_loops import iteration
 from .operations import STREAK, cancel_unless_ended, until_committed
 
@@ -132,6 +133,8 @@ class DagExecutor:
         )
         self._cache = DagCache(store)
         self._local = threading.local()  # per worker: the claim it took itself, its streak
+        # How many of a commit's dispatched tasks this runner keeps (dag_keep.py).
+        self._keeper = Keeper(threads, lambda: store.dag_sticky)
         self._group = (
             Grouper(
                 self._cache,
@@ -140,6 +143,7 @@ class DagExecutor:
                 worker=worker,
                 lease=lease or 0.0,
                 incarnation=incarnation,
+                keeper=self._keeper,
             )
             if store.dag_group_most > 1
             else None
@@ -253,7 +257,9 @@ class DagExecutor:
             cancelled=lambda: self._cancelled(instance_id),
         )
         try:
+            began = time.monotonic()
             result = run_handler(call, self._loop)
+            self._give_back_kept(work(graph, node), time.monotonic() - began)
             output = to_jsonable_python(result.output)
             # The limit inputs have: an output over it fails the node (PayloadTooLarge,
             # not retried) and is never written. (A start node's output is the input,
@@ -366,6 +372,16 @@ class DagExecutor:
         item.result = self._commit_locked(entry, instance_id, item.make, None, taken, item.free)
         item.claim = taken[0] if taken else None
         item.done = True
+
+    def _give_back_kept(self, work: str, seconds: float) -> None:
+        """Measure a node's ``work``; give back to any runner what its first measure
+        says this runner kept and cannot start in time (dag_keep.py). A hint: a failure
+        is logged, and the tasks are anyone's once their while is over anyway."""
+        for instance_id, keep in self._keeper.ran(work, seconds):
+            try:
+                self.store.dag_unkeep(instance_id, worker=self.worker, keep=keep)
+            except Exception:
+                log.warning("instance %s: kept tasks not given back", instance_id, exc_info=True)
 
     def _cancelled(self, instance_id: str) -> bool:
         record = self.store.get(instance_id)
@@ -512,12 +528,23 @@ class DagExecutor:
             )
             version = state.instance.version
             commit = DagCommit(instance_id, version, decided, self.worker, vouch)
+            keep, kept = (
+                (None, 0.0)
+                if handed is not None or graph is None
+                else self._keeper.keep([work(graph, t.node) for t in decided.dispatch], instance_id)
+            )
             try:
                 applied = self.store.dag_commit(
-                    commit, take=take, lease=self._lease or 0.0, incarnation=self._incarnation
+                    commit,
+                    take=take,
+                    lease=self._lease or 0.0,
+                    incarnation=self._incarnation,
+                    keep=keep,
                 )
-            except ConcurrencyConflict:
-                entry.contended = True
+            except BaseException as exc:  # nothing written: the kept tasks given back
+                self._keeper.give_back(kept)
+                if isinstance(exc, ConcurrencyConflict):
+                    entry.contended = True
                 raise
             if decision.finish:  # takes no node: it neither hands one off nor a sibling
                 self._cache.forget(instance_id)  # over: nothing left to decide

@@ -30,6 +30,7 @@ from ..core.dag_interpret import LogView, hand_off, takes_sibling
 from ..core.store import Claim, DagCommit, DagSnapshot, InstanceRecord, Store
 from ..errors import ConcurrencyConflict
 from .dag_cache import Cached, DagCache, Make, Pending
+from .dag_keep import Keeper, work
 
 log = logging.getLogger("statemachine_wf.dag")
 
@@ -45,6 +46,7 @@ class Grouper:
         cache: the executor's cache (its entries hold the queues).
         store: the runner's store; ``store.dag_group_most`` caps a group.
         alone: the executor's lone commit of one queued completion, under the entry's lock.
+        keeper: how many of a commit's dispatched tasks the runner keeps (``dag_keep``).
     """
 
     def __init__(
@@ -56,8 +58,10 @@ class Grouper:
         worker: str,
         lease: float,
         incarnation: str,
+        keeper: Keeper,
     ) -> None:
         self._cache = cache
+        self._keeper = keeper
         self._store = store
         self._alone = alone
         self._worker = worker
@@ -126,6 +130,12 @@ class Grouper:
         elif free and takes_sibling(decision):
             take = "sibling"
         version = state.instance.version
+        graph = entry.graph
+        keep, kept = (
+            (None, 0.0)
+            if take == "handed" or graph is None
+            else self._keeper.keep([work(graph, t.node) for t in decision.dispatch], instance_id)
+        )
         try:
             applied = self._store.dag_commit(
                 DagCommit(instance_id, version, decision, self._worker),
@@ -133,12 +143,15 @@ class Grouper:
                 lease=self._lease,
                 incarnation=self._incarnation,
                 siblings=len(free) if take == "sibling" else 1,
+                keep=keep,
             )
         except ConcurrencyConflict:
+            self._keeper.give_back(kept)
             entry.contended = True  # another runner committed: each alone now, on a read
             log.debug("instance %s: a group of %d lost its CAS", instance_id, len(members))
             return batch
         except Exception as exc:
+            self._keeper.give_back(kept)
             for item in members:
                 item.done, item.error = True, exc
             return batch[len(members) :]

@@ -41,6 +41,12 @@ class DagCommits(SqlReads):
         """The tail's pieces: SQLite's is one script, its statements guarded."""
         return ["dag_tail"]
 
+    def dag_unkeep(self, instance_id: str, *, worker: str, keep: int) -> int:
+        if self.dag_sticky <= 0 or not self._may_exist(instance_id):
+            return 0  # nothing is ever kept (SQLite)
+        row = self._write_one("dag_unkeep", id=instance_id, worker=worker, keep=max(0, keep))
+        return 0 if row is None else int(row["freed"])
+
     def dag_apply(self, commit: DagCommit) -> int:
         return self.dag_commit(commit).version
 
@@ -52,6 +58,7 @@ class DagCommits(SqlReads):
         lease: float = 0.0,
         incarnation: str = "",
         siblings: int = 1,
+        keep: int | None = None,
     ) -> DagApplied:
         group = 1 + len(commit.decision.also_done)  # completions committed together
         if group > self.dag_group_most or not 1 <= siblings <= (group if take == "sibling" else 1):
@@ -63,7 +70,8 @@ class DagCommits(SqlReads):
         # A completion its blockers vouch for commits on a later version too (the store
         # checks, under the instance's row lock, its own task and one of those still open).
         params["blockers"] = self._array(commit.blockers)
-        params["sticky"] = self.dag_sticky
+        # The first `keep` dispatched tasks (None: all) are this runner's for a while.
+        params.update(sticky=self.dag_sticky, keep=keep)
         if take == "handed":
             # The dispatched task is inserted leased (the claim's columns, its attempt
             # counted) and the decision carries its NODE_STARTED: what dag_claim would have

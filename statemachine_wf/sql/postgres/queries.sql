@@ -1254,7 +1254,8 @@ WITH locked AS (
     -- With %(token)s (dag_apply_take: one task, due now), the task is leased to the
     -- committing worker as dag_claim leases it, its try counted; the decision's last
     -- event is its NODE_STARTED. Otherwise, with %(sticky)s seconds (dag_sticky), the
-    -- task is this runner's alone until then (migration 024).
+    -- first %(keep)s tasks (NULL: all) are this runner's alone until then (migration 024;
+    -- runtime/dag_keep.py: as many as its workers will start meanwhile).
     INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
                           lease_owner, lease_token, in_flight, sticky_to, sticky_until)
     SELECT inst.id, d.node, d.node, 'dag', inst.type, inst.priority,
@@ -1263,10 +1264,15 @@ WITH locked AS (
            d.attempt + (%(token)s::text IS NOT NULL)::int,
            CASE WHEN %(token)s::text IS NOT NULL THEN %(worker)s END, %(token)s,
            %(token)s::text IS NOT NULL,
-           CASE WHEN %(token)s::text IS NULL AND %(sticky)s > 0 THEN %(worker)s END,
-           CASE WHEN %(token)s::text IS NULL AND %(sticky)s > 0
-                THEN now() + (d.delay + %(sticky)s) * interval '1 second' END
-    FROM inst, jsonb_to_recordset(%(dispatch)s::jsonb) AS d (node text, delay float8, attempt int)
+           CASE WHEN d.kept THEN %(worker)s END,
+           CASE WHEN d.kept THEN now() + (d.delay + %(sticky)s) * interval '1 second' END
+    FROM inst, (
+        SELECT r.*, %(token)s::text IS NULL AND %(sticky)s > 0
+                    AND (%(keep)s::int IS NULL OR r.i <= %(keep)s::int) AS kept
+        FROM ROWS FROM (jsonb_to_recordset(%(dispatch)s::jsonb)
+                        AS (node text, delay float8, attempt int))
+             WITH ORDINALITY AS r (node, delay, attempt, i)
+    ) AS d
     RETURNING *
 )
 
@@ -1350,6 +1356,26 @@ SELECT version,
        (SELECT coalesce(jsonb_agg(seq ORDER BY seq), '[]') FROM ev) AS seqs,
        (SELECT count(*) FROM dag_live) AS live
 FROM inst;
+
+-- name: dag_unkeep
+-- The tasks of an instance that %(worker)s's commits keep to it (dag_sticky) and nobody
+-- holds, past the first %(keep)s by dispatch: any runner's at once, and the runners
+-- told (runtime/dag_keep.py: the runner measured their work and cannot start them in
+-- time).
+WITH kept AS (
+    SELECT id FROM wf_tasks
+    WHERE instance_id = %(id)s AND sticky_to = %(worker)s AND sticky_until > now()
+      AND lease_owner IS NULL
+    ORDER BY id
+    OFFSET %(keep)s
+), freed AS (
+    UPDATE wf_tasks t SET sticky_to = NULL, sticky_until = NULL
+    FROM kept WHERE t.id = kept.id
+    RETURNING t.type
+)
+SELECT count(*) AS freed,
+       CASE WHEN count(*) > 0 THEN pg_notify(%(channel)s, min(type)) END AS notified
+FROM freed;
 
 -- name: dag_save
 INSERT INTO wf_dag_definitions (name, version, definition)

@@ -5,6 +5,7 @@ a task kept too long is late, never lost or run twice."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ import pytest
 
 from statemachine_wf import Runner, RunnerOptions, Status
 from statemachine_wf.definition.events import Ev
+from statemachine_wf.runtime.dag_executor import DagExecutor
+from statemachine_wf.runtime.dag_keep import work
 from statemachine_wf.stores.postgres import PostgresStore
 from tests.contract import test_dag_siblings as fan
 
@@ -87,6 +90,83 @@ def test_a_task_taken_in_the_commit_is_leased_not_kept(short: PostgresStore) -> 
     stored = short.task(iid, applied.task.slot)
     assert stored is not None
     assert stored.lease_owner == "w"
+
+
+def test_a_commit_keeps_only_its_first_dispatched_tasks_when_told(short: PostgresStore) -> None:
+    fan.start(short)
+    first = fan.claim(short)
+    short.dag_commit(fan.completion(short, first, {"x": 1}), keep=1)
+    # b0 is "w"'s for a while; the other two are anyone's at once.
+    taken = {fan.claim(short, "other").task.slot for _ in range(2)}
+    assert taken == {"b1", "b2"}
+    assert short.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
+    assert fan.claim(short, "w").task.slot == "b0"
+
+
+def test_a_commit_told_to_keep_none_leaves_them_all_to_anyone(short: PostgresStore) -> None:
+    fan.start(short)
+    first = fan.claim(short)
+    short.dag_commit(fan.completion(short, first, {"x": 1}), keep=0)
+    taken = {fan.claim(short, "other").task.slot for _ in range(3)}
+    assert taken == {"b0", "b1", "b2"}
+
+
+def test_a_runner_keeps_only_what_its_workers_will_start_within_the_while(
+    short: PostgresStore,
+) -> None:
+    # A runner of two workers that measured 0.4 s a branch's function starts two in the 0.5 s its
+    # tasks are kept: of the three branches its commit dispatches it keeps two
+    # (runtime/dag_keep.py), and another runner takes the third at once.
+    fan.start(short)
+    first = fan.claim(short, "w")
+    loop = asyncio.new_event_loop()
+    executor = DagExecutor(short, h.registry, worker="w", loop=lambda: loop, threads=2)
+    try:
+        branch = work(fan.GRAPH, "b0")  # each calls the same function
+        executor._keeper.ran(branch, 0.4)  # as if it had run it before
+        assert executor.run(first) is None  # three dispatched: none handed over
+    finally:
+        executor.close()
+        loop.close()
+    got = fan.claim(short, "other")
+    assert got.task.slot == "b2"
+    assert short.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
+    mine = {fan.claim(short, "w").task.slot for _ in range(2)}
+    assert mine == {"b0", "b1"}
+
+
+def test_tasks_kept_can_be_given_back_past_the_first_ones(short: PostgresStore) -> None:
+    iid = _fanned(short)  # all three kept to "w"
+    assert short.dag_unkeep(iid, worker="someone else", keep=0) == 0  # not theirs
+    assert short.dag_unkeep(iid, worker="w", keep=1) == 2
+    taken = {fan.claim(short, "other").task.slot for _ in range(2)}
+    assert taken == {"b1", "b2"}  # the last dispatched; b0 still "w"'s
+    assert short.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
+    assert short.dag_unkeep(iid, worker="w", keep=1) == 0  # nothing more to give
+    assert fan.claim(short, "w").task.slot == "b0"
+
+
+def test_a_runner_gives_back_what_it_kept_blind_once_it_measures_the_work(
+    short: PostgresStore,
+) -> None:
+    # The branches' function was not measured when "w" dispatched them: all three kept.
+    # Its worker runs one; the measure (as if it had taken 0.6 s) says its two workers
+    # start one more in the 0.5 s kept, so it gives the third back.
+    iid = fan.start(short)
+    loop = asyncio.new_event_loop()
+    executor = DagExecutor(short, h.registry, worker="w", loop=lambda: loop, threads=2)
+    try:
+        assert executor.run(fan.claim(short, "w")) is None
+        assert short.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
+        mine = fan.claim(short, "w")
+        executor._give_back_kept(work(fan.GRAPH, "b0"), 0.6)
+    finally:
+        executor.close()
+        loop.close()
+    got = fan.claim(short, "other")
+    assert got.instance.id == iid
+    assert got.task.slot != mine.task.slot
+    assert short.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
 
 
 def test_the_default_keeps_them_a_second(pg_store: PostgresStore) -> None:

@@ -74,6 +74,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "runtime.dag_executor",
         "runtime.dag_cache",
         "runtime.dag_group",
+        "runtime.dag_keep",
         "runtime.dag_failures",
         "runtime.dag_handlers",
         "runtime.dag_loops",
