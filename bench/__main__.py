@@ -149,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         help="connections a DAG runner's node commits may add to its pool (default 0)",
     )
     dag.add_argument(
+        "--shapes",
+        default="fanout,chain",
+        help="comma-separated: fanout,chain,slowfan (one fan-out of 64 nodes of 0.2 s)",
+    )
+    dag.add_argument(
         "--dag-sticky",
         type=float,
         default=None,
@@ -328,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         ds.instances = args.instances or ds.instances
         ds.stores = tuple(x.strip() for x in args.stores.split(",") if x.strip())
         ds.procs = tuple(int(x) for x in args.procs.split(",") if x.strip())
+        ds.shapes = tuple(x.strip() for x in args.shapes.split(",") if x.strip())
+        unknown = set(ds.shapes) - {*dg.SHAPES, "slowfan"}
+        if unknown:
+            parser.error(f"--shapes: unknown {', '.join(sorted(unknown))}")
         if args.dsn:
             ds.dsn = args.dsn
         ds.count = args.count

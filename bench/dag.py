@@ -3,7 +3,12 @@
 Two shapes of no-op ``python`` nodes (``bench/dag.py``'s registry):
 
 * ``fanout``: start -> 100 parallel nodes -> one join (``all``) -> end (103 nodes);
-* ``chain``: start -> 100 nodes in a row -> end (102 nodes).
+* ``chain``: start -> 100 nodes in a row -> end (102 nodes);
+* ``slowfan`` (``--shapes``, not run by default): one instance of two fan-outs in a row,
+  start -> 64 nodes that each sleep 0.2 s -> join -> 64 more -> join -> end, each stage
+  timed from the log (dispatch to its join's start): what keeping a runner's dispatched
+  tasks to it (PostgreSQL's ``dag_sticky``) costs fan-outs of slow nodes, the first
+  before the runner has measured the function and the second after.
 
 Per store (SQLite, PostgreSQL) and process count (1, 4): first the core benchmark's
 state-machine run (``core.run_swf``: N workflows x 3 no-op steps, same store, same
@@ -28,12 +33,15 @@ from functools import partial
 from typing import Any
 
 from statemachine_wf.dag import DagBuilder, DagDefinition, Registry
+from statemachine_wf.definition.events import Ev
 
 from . import core, targets
 
 WIDTH = 100
 DEPTH = 100
 SHAPES = ("fanout", "chain")
+SLOW_WIDTH = 64
+SLOW_SECONDS = 0.2
 
 registry = Registry()
 
@@ -50,6 +58,13 @@ def noop_pooled() -> int:
     return 1
 
 
+@registry.function("slow", inline=True)
+def slow() -> int:
+    """A node that keeps its worker ``SLOW_SECONDS`` (the ``slowfan`` shape)."""
+    time.sleep(SLOW_SECONDS)
+    return 1
+
+
 def fanout(width: int = WIDTH, function: str = "noop") -> DagDefinition:
     b = DagBuilder("bench_fanout")
     b.node("s", "start")
@@ -58,6 +73,22 @@ def fanout(width: int = WIDTH, function: str = "noop") -> DagDefinition:
     for i in range(width):
         b.node(f"b{i}", "python", function=function)
         b.chain("s", f"b{i}", "join")
+    b.edge("join", "e")
+    return b.build()
+
+
+def slowfan(width: int = SLOW_WIDTH) -> DagDefinition:
+    """Two fan-outs of ``slow`` in a row (``j1`` joins the first, ``join`` the second)."""
+    b = DagBuilder("bench_slowfan")
+    b.node("s", "start")
+    b.node("j1", "python", function="noop")
+    b.node("join", "python", function="noop")
+    b.node("e", "end")
+    for i in range(width):
+        b.node(f"a{i}", "python", function="slow")
+        b.chain("s", f"a{i}", "j1")
+        b.node(f"b{i}", "python", function="slow")
+        b.chain("j1", f"b{i}", "join")
     b.edge("join", "e")
     return b.build()
 
@@ -74,11 +105,19 @@ def chain(depth: int = DEPTH, function: str = "noop") -> DagDefinition:
 
 
 def definition(shape: str, function: str = "noop") -> DagDefinition:
+    if shape == "slowfan":
+        return slowfan()
     return fanout(function=function) if shape == "fanout" else chain(function=function)
 
 
 def node_count(shape: str) -> int:
+    if shape == "slowfan":
+        return 2 * SLOW_WIDTH + 4
     return WIDTH + 3 if shape == "fanout" else DEPTH + 2
+
+
+def instance_count(s: Settings, shape: str) -> int:
+    return 1 if shape == "slowfan" else s.instances
 
 
 @dataclass
@@ -89,6 +128,8 @@ class Settings:
     """Workflows of the state-machine run (x 3 steps)."""
     stores: tuple[str, ...] = ("sqlite", "pg")
     procs: tuple[int, ...] = (1, 4)
+    shapes: tuple[str, ...] = SHAPES
+    """``fanout``, ``chain``, ``slowfan`` (one instance: its seconds are the figure)."""
     pg_concurrency: int = 8
     sqlite_concurrency: int = 4
     dsn: str = field(default_factory=core.pg_dsn)
@@ -204,6 +245,18 @@ def join_latencies(spec: dict[str, Any], ids: list[str]) -> list[float]:
     return out
 
 
+def stage_seconds(spec: dict[str, Any], iid: str) -> tuple[float, float]:
+    """A ``slowfan`` instance's two stages: from the node before each fan-out completing
+    (its commit dispatches the branches) to the fan-out's join starting."""
+    store = core.open_store(spec)
+    try:
+        at = {(e.event_type, e.node): e.created_at for e in store.events(iid)}
+    finally:
+        store.close()
+    done, started = Ev.NODE_COMPLETED, Ev.NODE_STARTED
+    return at[started, "j1"] - at[done, "s"], at[started, "join"] - at[done, "j1"]
+
+
 def run_dag(s: Settings, store: str, procs: int, shape: str) -> Row:
     cs = s.core()
     spec = core._spec(cs, store, f"dag_{shape}_{procs}p")
@@ -212,19 +265,22 @@ def run_dag(s: Settings, store: str, procs: int, shape: str) -> Row:
     if s.dag_sticky is not None:
         spec["dag_sticky"] = s.dag_sticky
     core.fresh_store(spec)
+    instances = instance_count(s, shape)
     try:
-        ids = precreate(spec, shape, s.instances, "noop_pooled" if s.pooled else "noop")
+        ids = precreate(spec, shape, instances, "noop_pooled" if s.pooled else "noop")
         with core.watcher(spec) as count:
             elapsed, outs = core.run_group(
                 dag_runner_child,
                 [dict(spec) for _ in range(procs)],
                 poll=count,
-                expect=s.instances,
+                expect=instances,
                 timeout=s.timeout,
             )
         extra: dict[str, Any] = dict(outs[-1], concurrency=spec["concurrency"])
         if s.count:
             extra["counts"] = core._summed([o.get("counts", {}) for o in outs])
+        if shape == "slowfan":
+            extra["stages"] = stage_seconds(spec, ids[0])
         if shape == "fanout":
             lat = join_latencies(spec, ids)
             extra.update(
@@ -237,7 +293,7 @@ def run_dag(s: Settings, store: str, procs: int, shape: str) -> Row:
             store,
             procs,
             shape,
-            s.instances * node_count(shape),
+            instances * node_count(shape),
             elapsed,
             extra=extra,
         )
@@ -270,7 +326,7 @@ def run(s: Settings, log: Callable[[str], None]) -> list[Row]:
                 jobs: list[tuple[str, Callable[[], Row]]] = [
                     (f"steps {store} {procs}p", partial(run_steps, s, store, procs))
                 ]
-                for shape in SHAPES:
+                for shape in s.shapes:
                     job = partial(run_dag, s, store, procs, shape)
                     jobs.append((f"{shape} {store} {procs}p", job))
                 for label, run_one in jobs:
@@ -316,6 +372,8 @@ def table(rows: list[Row], s: Settings) -> str:
         base = steps.get((r.store, r.procs))
         unit = "steps/s" if r.shape == "steps" else "nodes/s"
         ratio = f"{r.rate / base.rate:.2f}" if base and r.shape != "steps" else ""
+        if r.shape == "slowfan":  # not a rate to compare: each fan-out's seconds
+            ratio = "{:.2f}+{:.2f}s".format(*r.extra["stages"])
         join = ""
         if "join_p50_ms" in r.extra:
             join = f"{r.extra['join_p50_ms']:.1f}/{r.extra['join_p99_ms']:.1f}"
@@ -327,7 +385,9 @@ def table(rows: list[Row], s: Settings) -> str:
     sticky = "the default (1 s)" if s.dag_sticky is None else f"{s.dag_sticky} s"
     lines.append(
         f"{s.instances} instances per shape (fanout: 1 -> {WIDTH} -> join -> end, "
-        f"{node_count('fanout')} nodes; chain: {DEPTH} in a row, {node_count('chain')} nodes); "
+        f"{node_count('fanout')} nodes; chain: {DEPTH} in a row, {node_count('chain')} nodes; "
+        f"slowfan: one instance, 1 -> {SLOW_WIDTH} nodes of {SLOW_SECONDS} s -> join -> "
+        f"{SLOW_WIDTH} more -> join -> end, each fan-out's seconds in the 'vs step' column); "
         f"state machine: {s.steps_n} workflows x {core.STEPS} steps. Node function: "
         + ("noop_pooled (the runner's pool, 30 s timeout)" if s.pooled else "noop, inline")
         + f". DAG runners' dag_connections: {s.dag_connections}; dag_sticky: {sticky}.\n"
