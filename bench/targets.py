@@ -147,7 +147,7 @@ def dag_verdicts(rows: Sequence[Any]) -> list[Verdict]:
     steps = {(r.store, r.procs): r.rate for r in rows if r.shape == "steps" and not r.error}
     out = []
     for r in rows:
-        if r.shape == "steps":
+        if r.shape in ("steps", "slowfan"):  # slowfan: seconds of sleeping nodes, no target
             continue
         label = f"DAG {r.shape} {r.store} {r.procs}p vs a step >= {DAG_RATIO:.2f}"
         base = steps.get((r.store, r.procs))
