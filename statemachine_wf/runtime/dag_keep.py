@@ -101,7 +101,8 @@ class Keeper:
                 if left <= 0:
                     continue  # over: anyone's now
                 room = max(0.0, left - self._backlog)
-                can = kept.count if each <= 0 else min(kept.count, int(room / each + EPSILON))
+                fits = room >= kept.count * each  # all of them (a division may overflow)
+                can = kept.count if fits else int(room / each + EPSILON)
                 self._backlog += can * each
                 if can < kept.count:
                     out.append((kept.instance_id, can))

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from statemachine_wf.definition.dag_models import check
 from statemachine_wf.runtime.dag_keep import WEIGHT, Keeper, work
 from tests.integration.dag.helpers import fan_out
@@ -145,3 +148,42 @@ def test_only_the_work_not_yet_measured_is_kept_blind() -> None:
     assert kept is None  # 0.5 s of known work; the new one counts as none yet
     assert k.ran("python:known", 0.25) == []
     assert k.ran("python:new", 1.0) == [("i1", 0)]  # 0.5 s left: not even one more
+
+
+@given(
+    workers=st.integers(1, 16),
+    window=st.floats(0.0, 5.0),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["ran", "keep", "wait"]),
+            st.sampled_from(["python:a", "python:b"]),
+            st.floats(0.0, 3.0),
+            st.integers(0, 50),
+        ),
+        max_size=30,
+    ),
+)
+def test_what_is_kept_never_overfills_the_window(
+    workers: int, window: float, steps: list[tuple[str, str, float, int]]
+) -> None:
+    # Whatever the order of measures, commits and waits: a commit keeps at most what it
+    # dispatched, the measured work it keeps fits in the window, and what the first
+    # measure of blind work leaves kept is at most what was kept blind.
+    clock = Clock()
+    k = Keeper(workers, lambda: window, clock)
+    blind: dict[str, int] = {}
+    for i, (what, work_, seconds, n) in enumerate(steps):
+        if what == "wait":
+            clock.now += seconds
+        elif what == "ran":
+            for _, left in k.ran(work_, seconds):
+                assert 0 <= left < blind.get(work_, 0) + 1
+            blind.pop(work_, None)
+        else:
+            measured = work_ in k._mean
+            kept, added = k.keep([work_] * n, f"i{i}")
+            count = n if kept is None else kept
+            assert 0 <= count <= n
+            assert added <= window + 1e-6
+            if not measured and count and window > 0:
+                blind[work_] = max(blind.get(work_, 0), count)
