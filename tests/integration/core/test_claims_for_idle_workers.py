@@ -83,7 +83,12 @@ def _until(check: Any, timeout: float = 30.0) -> None:
 
 
 def _asleep(runner: Runner, count: int) -> None:
-    _until(lambda: runner._resting >= count)
+    """``count`` workers asleep in the store's wait, where a start or a hand-over finds
+    them. Not only in the runner's ``_sleep``: a thread's first wait there returns at once
+    (and it claims again), so counting those let a start race the sleepers into the store
+    (1 run in 5 on a loaded box made no hand-over at all)."""
+    wakeup = runner.store._wakeup  # type: ignore[attr-defined]
+    _until(lambda: runner._resting >= count and wakeup.sleeping >= count)
 
 
 def _ran_once(store: Store, iid: str) -> None:
