@@ -32,6 +32,15 @@ def short(pg_dsn: str, pg_schema: str, pg_store: PostgresStore) -> Iterator[Post
     store.close()
 
 
+@pytest.fixture
+def long(pg_dsn: str, pg_schema: str, pg_store: PostgresStore) -> Iterator[PostgresStore]:
+    """``pg_store``'s schema, its dispatched tasks sticky for 5 s: for tests that need
+    them still kept however slow the box is between two statements."""
+    store = PostgresStore(pg_dsn, schema=pg_schema, dag_sticky=5.0)
+    yield store
+    store.close()
+
+
 def _fanned(store: PostgresStore) -> str:
     """An instance whose start node runner "w" committed: three branches dispatched."""
     iid = fan.start(store)
@@ -92,15 +101,15 @@ def test_a_task_taken_in_the_commit_is_leased_not_kept(short: PostgresStore) -> 
     assert stored.lease_owner == "w"
 
 
-def test_a_commit_keeps_only_its_first_dispatched_tasks_when_told(short: PostgresStore) -> None:
-    fan.start(short)
-    first = fan.claim(short)
-    short.dag_commit(fan.completion(short, first, {"x": 1}), keep=1)
+def test_a_commit_keeps_only_its_first_dispatched_tasks_when_told(long: PostgresStore) -> None:
+    fan.start(long)
+    first = fan.claim(long)
+    long.dag_commit(fan.completion(long, first, {"x": 1}), keep=1)
     # b0 is "w"'s for a while; the other two are anyone's at once.
-    taken = {fan.claim(short, "other").task.slot for _ in range(2)}
+    taken = {fan.claim(long, "other").task.slot for _ in range(2)}
     assert taken == {"b1", "b2"}
-    assert short.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
-    assert fan.claim(short, "w").task.slot == "b0"
+    assert long.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
+    assert fan.claim(long, "w").task.slot == "b0"
 
 
 def test_a_commit_told_to_keep_none_leaves_them_all_to_anyone(short: PostgresStore) -> None:
@@ -112,61 +121,61 @@ def test_a_commit_told_to_keep_none_leaves_them_all_to_anyone(short: PostgresSto
 
 
 def test_a_runner_keeps_only_what_its_workers_will_start_within_the_while(
-    short: PostgresStore,
+    long: PostgresStore,
 ) -> None:
-    # A runner of two workers that measured 0.4 s a branch's function starts two in the 0.5 s its
+    # A runner of two workers that measured 4 s a branch's function starts two in the 5 s its
     # tasks are kept: of the three branches its commit dispatches it keeps two
     # (runtime/dag_keep.py), and another runner takes the third at once.
-    fan.start(short)
-    first = fan.claim(short, "w")
+    fan.start(long)
+    first = fan.claim(long, "w")
     loop = asyncio.new_event_loop()
-    executor = DagExecutor(short, h.registry, worker="w", loop=lambda: loop, threads=2)
+    executor = DagExecutor(long, h.registry, worker="w", loop=lambda: loop, threads=2)
     try:
         branch = work(fan.GRAPH, "b0")  # each calls the same function
-        executor._keeper.ran(branch, 0.4)  # as if it had run it before
+        executor._keeper.ran(branch, 4.0)  # as if it had run it before
         assert executor.run(first) is None  # three dispatched: none handed over
     finally:
         executor.close()
         loop.close()
-    got = fan.claim(short, "other")
+    got = fan.claim(long, "other")
     assert got.task.slot == "b2"
-    assert short.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
-    mine = {fan.claim(short, "w").task.slot for _ in range(2)}
+    assert long.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
+    mine = {fan.claim(long, "w").task.slot for _ in range(2)}
     assert mine == {"b0", "b1"}
 
 
-def test_tasks_kept_can_be_given_back_past_the_first_ones(short: PostgresStore) -> None:
-    iid = _fanned(short)  # all three kept to "w"
-    assert short.dag_unkeep(iid, worker="someone else", keep=0) == 0  # not theirs
-    assert short.dag_unkeep(iid, worker="w", keep=1) == 2
-    taken = {fan.claim(short, "other").task.slot for _ in range(2)}
+def test_tasks_kept_can_be_given_back_past_the_first_ones(long: PostgresStore) -> None:
+    iid = _fanned(long)  # all three kept to "w"
+    assert long.dag_unkeep(iid, worker="someone else", keep=0) == 0  # not theirs
+    assert long.dag_unkeep(iid, worker="w", keep=1) == 2
+    taken = {fan.claim(long, "other").task.slot for _ in range(2)}
     assert taken == {"b1", "b2"}  # the last dispatched; b0 still "w"'s
-    assert short.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
-    assert short.dag_unkeep(iid, worker="w", keep=1) == 0  # nothing more to give
-    assert fan.claim(short, "w").task.slot == "b0"
+    assert long.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
+    assert long.dag_unkeep(iid, worker="w", keep=1) == 0  # nothing more to give
+    assert fan.claim(long, "w").task.slot == "b0"
 
 
 def test_a_runner_gives_back_what_it_kept_blind_once_it_measures_the_work(
-    short: PostgresStore,
+    long: PostgresStore,
 ) -> None:
     # The branches' function was not measured when "w" dispatched them: all three kept.
-    # Its worker runs one; the measure (as if it had taken 0.6 s) says its two workers
-    # start one more in the 0.5 s kept, so it gives the third back.
-    iid = fan.start(short)
+    # Its worker runs one; the measure (as if it had taken 6 s) says its two workers
+    # start one more in the 5 s kept, so it gives the third back.
+    iid = fan.start(long)
     loop = asyncio.new_event_loop()
-    executor = DagExecutor(short, h.registry, worker="w", loop=lambda: loop, threads=2)
+    executor = DagExecutor(long, h.registry, worker="w", loop=lambda: loop, threads=2)
     try:
-        assert executor.run(fan.claim(short, "w")) is None
-        assert short.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
-        mine = fan.claim(short, "w")
-        executor._give_back_kept(work(fan.GRAPH, "b0"), 0.6)
+        assert executor.run(fan.claim(long, "w")) is None
+        assert long.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
+        mine = fan.claim(long, "w")
+        executor._give_back_kept(work(fan.GRAPH, "b0"), 6.0)
     finally:
         executor.close()
         loop.close()
-    got = fan.claim(short, "other")
+    got = fan.claim(long, "other")
     assert got.instance.id == iid
     assert got.task.slot != mine.task.slot
-    assert short.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
+    assert long.dag_claim(worker="other", types=[fan.FAN.type], lease=300) == []
 
 
 def test_the_default_keeps_them_a_second(pg_store: PostgresStore) -> None:
