@@ -528,10 +528,8 @@ class DagExecutor:
             )
             version = state.instance.version
             commit = DagCommit(instance_id, version, decided, self.worker, vouch)
-            keep, kept = (
-                (None, 0.0)
-                if handed is not None or graph is None
-                else self._keeper.keep([work(graph, t.node) for t in decided.dispatch], instance_id)
+            keep, kept = self._keeper.for_commit(
+                graph, decided, instance_id, handed=handed is not None
             )
             try:
                 applied = self.store.dag_commit(

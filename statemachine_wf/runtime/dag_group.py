@@ -30,7 +30,7 @@ from ..core.dag_interpret import LogView, hand_off, takes_sibling
 from ..core.store import Claim, DagCommit, DagSnapshot, InstanceRecord, Store
 from ..errors import ConcurrencyConflict
 from .dag_cache import Cached, DagCache, Make, Pending
-from .dag_keep import Keeper, work
+from .dag_keep import Keeper
 
 log = logging.getLogger("statemachine_wf.dag")
 
@@ -131,11 +131,7 @@ class Grouper:
             take = "sibling"
         version = state.instance.version
         graph = entry.graph
-        keep, kept = (
-            (None, 0.0)
-            if take == "handed" or graph is None
-            else self._keeper.keep([work(graph, t.node) for t in decision.dispatch], instance_id)
-        )
+        keep, kept = self._keeper.for_commit(graph, decision, instance_id, handed=take == "handed")
         try:
             applied = self._store.dag_commit(
                 DagCommit(instance_id, version, decision, self._worker),

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..core.dag_interpret import DagDecision
 from ..definition.dag_models import Graph
 
 WEIGHT = 0.2
@@ -135,6 +136,16 @@ class Keeper:
                     was = [b for b in self._blind.get(item, ()) if now - b.at < window]
                     self._blind[item] = [*was, _Blind(instance_id, count, now)]
         return (None if kept == len(works) else kept), added
+
+    def for_commit(
+        self, graph: Graph | None, decision: DagDecision, instance_id: str, *, handed: bool
+    ) -> tuple[int | None, float]:
+        """:meth:`keep` for the tasks ``decision`` dispatches on ``instance_id``: nothing
+        is counted when the commit hands its one task to its own worker (``handed``:
+        leased to it, not kept) or the instance's graph is not known here."""
+        if handed or graph is None:
+            return None, 0.0
+        return self.keep([work(graph, t.node) for t in decision.dispatch], instance_id)
 
     def give_back(self, seconds: float) -> None:
         """Work :meth:`keep` counted that was never written (a lost commit)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from statemachine_wf.core.dag_interpret import DagDecision, NodeTask
 from statemachine_wf.definition.dag_models import check
 from statemachine_wf.runtime.dag_keep import WEIGHT, Keeper, work
 from tests.integration.dag.helpers import fan_out
@@ -104,6 +105,18 @@ def test_a_node_s_work_is_what_it_calls_whatever_its_id() -> None:
     graph = check(fan_out(2))  # s -> b0, b1 -> e; both branches call "add"
     assert work(graph, "b0") == work(graph, "b1") == "python:add"
     assert work(graph, "s") == "start"
+
+
+def test_a_commit_counts_the_work_of_the_nodes_it_dispatches() -> None:
+    graph = check(fan_out(3))
+    decision = DagDecision(dispatch=tuple(NodeTask(f"b{i}") for i in range(3)))
+    k, _ = keeper(workers=1, window=1.0)
+    k.ran("python:add", 0.4)
+    assert k.for_commit(graph, decision, "i1", handed=False)[0] == 2  # 0.4 s each
+    # A task handed to the committing worker is leased to it, not kept; an instance
+    # whose graph this runner does not know keeps them all, uncounted.
+    assert k.for_commit(graph, decision, "i1", handed=True) == (None, 0.0)
+    assert k.for_commit(None, decision, "i1", handed=False) == (None, 0.0)
 
 
 def test_work_kept_blind_is_given_back_once_measured_but_what_the_workers_start() -> None:
