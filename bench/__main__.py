@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         ds.stores = tuple(x.strip() for x in args.stores.split(",") if x.strip())
         ds.procs = tuple(int(x) for x in args.procs.split(",") if x.strip())
         ds.shapes = tuple(x.strip() for x in args.shapes.split(",") if x.strip())
-        unknown = set(ds.shapes) - {*dg.SHAPES, "slowfan"}
+        unknown = set(ds.shapes) - set(dg.ALL_SHAPES)
         if unknown:
             parser.error(f"--shapes: unknown {', '.join(sorted(unknown))}")
         if args.dsn:

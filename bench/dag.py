@@ -40,6 +40,8 @@ from . import core, targets
 WIDTH = 100
 DEPTH = 100
 SHAPES = ("fanout", "chain")
+"""The shapes a run times by default; ``slowfan`` only when asked for (``--shapes``)."""
+ALL_SHAPES = (*SHAPES, "slowfan")
 SLOW_WIDTH = 64
 SLOW_SECONDS = 0.2
 

@@ -516,10 +516,10 @@ class DagRuns(Protocol):
         ...
 
     def dag_unkeep(self, instance_id: str, *, worker: str, keep: int) -> int:
-        """Leave at most ``keep`` of the node tasks of ``instance_id`` that ``worker``'s
-        commits keep to it (``dag_commit(keep=)``) and nobody holds yet; the others, the
-        last dispatched first, are any runner's at once (and other runners are told).
-        The number given back (0 where nothing is kept: SQLite)."""
+        """Leave kept only the first ``keep``, in dispatch order, of the node tasks of
+        ``instance_id`` that ``worker``'s commits keep to it (``dag_commit(keep=)``) and
+        nobody holds yet; those after them are any runner's at once (and other runners
+        are told). The number given back (0 where nothing is kept: SQLite)."""
         ...
 
     def dag_save(self, name: str, definition: dict[str, Any]) -> int:
