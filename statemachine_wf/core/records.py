@@ -189,6 +189,11 @@ class Commit:
     decision: Decision
     worker: str | None
     lease: float = 30.0
+    status: Status | None = None
+    """The instance's status at ``version``, when the committer knows it (the state its
+    decision was made on); None when it does not. The CAS makes it the row's status, since
+    every write of the status moves the version, so a store may leave the status column
+    alone when the decision keeps it (SQLite: ``apply_head``)."""
 
 
 @dataclass(frozen=True, slots=True)

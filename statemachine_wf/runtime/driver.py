@@ -531,7 +531,9 @@ class MachineDriver:
             if n > 0:
                 self._refresh(d)  # the CAS was lost: decide again on what won
             decision = make(d.state)
-            commit = Commit(d.instance.id, d.version, decision, self.worker_id, self.lease)
+            commit = Commit(
+                d.instance.id, d.version, decision, self.worker_id, self.lease, d.state.status
+            )
             nxt = None if self._stopping.is_set() else d.take_next  # stopping: take nothing
             if nxt is not None and isinstance(decision.task, decide.Finish):
                 d.version, d.taken = self.store.apply_and_claim(

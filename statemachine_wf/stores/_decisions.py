@@ -181,6 +181,8 @@ class SqlStore(DagCommits):
         names, params = self._apply_plan(
             commit.instance_id, commit.version, commit.decision, commit.worker, commit.lease
         )
+        # SQLite skips its status write when the decision keeps the status (Commit.status).
+        params["status_moves"] = commit.status != commit.decision.state.status
         # PostgreSQL's claim after a finish is part of the finish's statement.
         fused = None if claim is None or self.one_writer else claim
         try:

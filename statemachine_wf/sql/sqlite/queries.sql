@@ -65,8 +65,11 @@ WHERE id = :id AND version = :version;
 -- The status apart, and only when it changes: SQLite rewrites the entries of every index
 -- on a column an UPDATE sets (status leads wf_instances_active and filters it and
 -- wf_instances_finished), whether or not its value changes, and most decisions keep it
--- (bench/README.md, "SQLite: the status written only when it changes").
-UPDATE wf_instances SET status = :status WHERE id = :id AND status <> :status;
+-- (bench/README.md, "SQLite: the status written only when it changes"). Not run at all
+-- when the commit knows the status it was decided on and the decision keeps it
+-- (Commit.status; the CAS above makes that the row's status).
+-- only when :status_moves
+UPDATE wf_instances SET status = :status WHERE :status_moves AND id = :id AND status <> :status;
 
 -- name: append_events
 -- The events (:events, a JSON array), in order. A duplicate once-per-attempt event hits the
