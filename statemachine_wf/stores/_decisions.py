@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any, ClassVar, assert_never
 
-from ..core.decide import Continue, Decision, Finish, KeepTask, Park, Reschedule
+from ..core.decide import Continue, Finish, KeepTask, Park, Reschedule
 from ..core.store import Claim, Claimant, Commit, NewDagInstance, NewInstance
 from ..errors import ConcurrencyConflict, StoreError
 from ._base import Row
@@ -64,22 +64,19 @@ class SqlStore(DagCommits):
         processes."""
 
     # -- Decisions: the CAS commits --------------------------------------------------------
-    def _apply_plan(
-        self,
-        instance_id: str,
-        version: int,
-        decision: Decision,
-        worker: str | None,
-        lease: float,
-    ) -> tuple[list[str], dict[str, Any]]:
+    def _apply_plan(self, commit: Commit) -> tuple[list[str], dict[str, Any]]:
         """The pieces of an ``apply`` (see ``_run_decision``) and their parameters."""
+        decision = commit.decision
         params = self._params(
             **projection_params(decision.state, self._encode),
             **signal_write_params(decision, self._encode),
-            id=instance_id,
-            version=version,
-            worker=worker,
-            lease=lease,
+            id=commit.instance_id,
+            version=commit.version,
+            worker=commit.worker,
+            lease=commit.lease,
+            # SQLite skips its status statement when the decision keeps the status the
+            # commit says it was made on (Commit.status).
+            status_moves=commit.status != decision.state.status,
             events=self._encode(event_dicts(decision)),
         )
         names = ["apply_head", "append_events"]
@@ -178,11 +175,7 @@ class SqlStore(DagCommits):
         claimed: list[tuple[Row, Any, Any]] | None = []
         # The parameters (the JSON encoding) before the connection: SQLite's writes queue
         # on one writer lock, and all the work done while holding it is everybody's wait.
-        names, params = self._apply_plan(
-            commit.instance_id, commit.version, commit.decision, commit.worker, commit.lease
-        )
-        # SQLite skips its status write when the decision keeps the status (Commit.status).
-        params["status_moves"] = commit.status != commit.decision.state.status
+        names, params = self._apply_plan(commit)
         # PostgreSQL's claim after a finish is part of the finish's statement.
         fused = None if claim is None or self.one_writer else claim
         try:
