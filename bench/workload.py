@@ -12,6 +12,9 @@ from statemachine_wf.runtime.context import StepContext
 
 # Set in a latency-run child: (instance_id, what, perf_counter()) is put here by steps a, c.
 REPORT: Any = None
+# Set in a child of core.run_group: a shared counter of the workflows whose last step ran
+# (a step run again counts again: the database has the last word).
+ENDED: Any = None
 
 
 class BenchInput(BaseModel):
@@ -42,3 +45,6 @@ class ThreeSteps(Workflow[BenchInput, BenchProgress]):
     def c(self, ctx: Ctx) -> None:
         if REPORT is not None:
             REPORT.put((ctx.instance_id, "last", time.perf_counter()))
+        if ENDED is not None:
+            with ENDED.get_lock():
+                ENDED.value += 1
