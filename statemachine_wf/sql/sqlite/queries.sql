@@ -148,9 +148,14 @@ DELETE FROM wf_tasks WHERE instance_id = :id AND slot = '';
 -- An instance that ends releases its locks and wakes one waiter of each, in the same
 -- commit (the waiters are found through the locks, so the wake-up goes first). The keys
 -- it queued for and never took, now free, pass their wake-up on too: it may have been
--- the waiter a release woke (lock_release, and PostgreSQL's apply_finish).
+-- the waiter a release woke (lock_release, and PostgreSQL's apply_finish). The EXISTS
+-- come first and name no row of wf_tasks: SQLite tests them once, before it builds the
+-- IN's and the UNION's temporary tables, and an instance that took no lock and queued for
+-- none (most) stops there.
 UPDATE wf_tasks SET due_at = :now
-WHERE lease_owner IS NULL
+WHERE (EXISTS (SELECT 1 FROM wf_locks WHERE holder = :id)
+       OR EXISTS (SELECT 1 FROM wf_lock_waiters WHERE instance_id = :id))
+  AND lease_owner IS NULL
   AND instance_id IN (
       SELECT (SELECT w.instance_id FROM wf_lock_waiters w
               WHERE w.key = f.key AND w.instance_id <> :id
@@ -178,10 +183,11 @@ SET state = CASE WHEN kind = 'timer' THEN 'void' ELSE 'dead' END, settled_at = :
 WHERE instance_id = :id AND state = 'pending';
 -- A sub-workflow that ends makes its parent's waiting node task due, in the same commit
 -- (left alone while a runner holds it: that runner re-reads the child after parking).
+-- (Two scalar subqueries, NULL for an instance with no parent: no temporary table.)
 UPDATE wf_tasks
 SET due_at = CASE WHEN lease_owner IS NULL THEN :now ELSE due_at END
-WHERE (instance_id, slot) IN (SELECT parent_id, parent_node FROM wf_instances
-                             WHERE id = :id AND parent_node IS NOT NULL);
+WHERE instance_id = (SELECT parent_id FROM wf_instances WHERE id = :id)
+  AND slot = (SELECT parent_node FROM wf_instances WHERE id = :id);
 
 -- name: apply_keep
 -- Nothing beyond the head and the events: the task stays as it is.
@@ -221,7 +227,8 @@ SELECT task_id, instance_id, node, fast,
 FROM (SELECT *, (base AND (wait_key IS NULL OR timer_id IS NOT NULL)) AS fast
 FROM (SELECT t.id AS task_id, t.instance_id, t.node, i.attempts,
              (i.kind = 'machine' AND NOT t.in_flight AND NOT i.cancel_requested
-              AND coalesce(t.node, '') <> '' AND i.status IN ('PENDING', 'RUNNING', 'STALLED')
+              AND coalesce(t.node, '') <> ''
+              AND (i.status = 'PENDING' OR i.status = 'RUNNING' OR i.status = 'STALLED')
               AND json_valid(i.attempts)) AS base,
              i.waiting_key AS wait_key,
              CASE WHEN i.waiting_kind = 'signal' THEN 'timeout' ELSE 'slept' END AS outcome,
@@ -483,7 +490,7 @@ WHERE :pattern IS NULL OR key LIKE :pattern ESCAPE '\' ORDER BY key;
 SELECT w.key, w.instance_id, w.since
 FROM wf_lock_waiters w JOIN wf_instances i ON i.id = w.instance_id
 WHERE (:pattern IS NULL OR w.key LIKE :pattern ESCAPE '\')
-  AND i.status IN ('PENDING', 'RUNNING', 'STALLED')
+  AND (i.status = 'PENDING' OR i.status = 'RUNNING' OR i.status = 'STALLED')
 ORDER BY w.key, w.since, w.instance_id;
 
 -- name: lock_unwait
@@ -639,7 +646,7 @@ INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload
                                  worker, created_at)
 SELECT id, :node, :event_type, :attempt, :payload, :error, :worker, :now
 FROM wf_instances
-WHERE id = :id AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED');
+WHERE id = :id AND status <> 'COMPLETED' AND status <> 'FAILED' AND status <> 'CANCELLED';
 
 -- name: dag_slots
 SELECT slot FROM wf_tasks WHERE instance_id = :id ORDER BY slot;
@@ -798,7 +805,8 @@ WHERE id = :id AND redriven_at IS NULL;
 -- A script (one transaction): the mark, and its event only if this UPDATE made it
 -- (changes() is the row count of the statement before). Returns the id when deleted.
 UPDATE wf_instances SET deleted_at = :now
-WHERE id = :id AND deleted_at IS NULL AND status IN ('COMPLETED', 'FAILED', 'CANCELLED');
+WHERE id = :id AND deleted_at IS NULL
+  AND (status = 'COMPLETED' OR status = 'FAILED' OR status = 'CANCELLED');
 INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, error, worker, created_at)
 SELECT :id, NULL, 'WORKFLOW_DELETED', NULL, '{}', NULL, NULL, :now WHERE changes() = 1
 RETURNING instance_id AS id;
@@ -808,7 +816,7 @@ RETURNING instance_id AS id;
 -- Events, tasks and DAG runs go by cascade.
 DELETE FROM wf_instances
 WHERE id IN (SELECT id FROM wf_instances
-             WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+             WHERE (status = 'COMPLETED' OR status = 'FAILED' OR status = 'CANCELLED')
                AND created_at < :now - :age AND updated_at < :now - :age
              ORDER BY created_at LIMIT :batch)
 RETURNING id;
@@ -816,7 +824,8 @@ RETURNING id;
 -- name: soft_purge_batch
 UPDATE wf_instances SET deleted_at = :now
 WHERE id IN (SELECT id FROM wf_instances
-             WHERE status IN ('COMPLETED', 'FAILED', 'CANCELLED') AND deleted_at IS NULL
+             WHERE (status = 'COMPLETED' OR status = 'FAILED' OR status = 'CANCELLED')
+               AND deleted_at IS NULL
                AND created_at < :now - :age AND updated_at < :now - :age
              ORDER BY created_at LIMIT :batch)
 RETURNING id;
@@ -897,7 +906,9 @@ SELECT CAST(created_at / :bucket AS INTEGER) * :bucket AS at, 'started' AS what,
 FROM wf_instances WHERE created_at >= :since GROUP BY 1
 UNION ALL
 SELECT CAST(updated_at / :bucket AS INTEGER) * :bucket AS at, 'finished' AS what, count(*) AS n
-FROM wf_instances WHERE created_at >= :since AND status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+FROM wf_instances
+WHERE created_at >= :since
+  AND (status = 'COMPLETED' OR status = 'FAILED' OR status = 'CANCELLED')
 GROUP BY 1 ORDER BY 1;
 
 -- name: dead_letter_counts
