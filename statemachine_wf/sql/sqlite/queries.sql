@@ -148,14 +148,9 @@ DELETE FROM wf_tasks WHERE instance_id = :id AND slot = '';
 -- An instance that ends releases its locks and wakes one waiter of each, in the same
 -- commit (the waiters are found through the locks, so the wake-up goes first). The keys
 -- it queued for and never took, now free, pass their wake-up on too: it may have been
--- the waiter a release woke (lock_release, and PostgreSQL's apply_finish). The EXISTS
--- come first and name no row of wf_tasks: SQLite tests them once, before it builds the
--- IN's and the UNION's temporary tables, and an instance that took no lock and queued for
--- none (most) stops there.
+-- the waiter a release woke (lock_release, and PostgreSQL's apply_finish).
 UPDATE wf_tasks SET due_at = :now
-WHERE (EXISTS (SELECT 1 FROM wf_locks WHERE holder = :id)
-       OR EXISTS (SELECT 1 FROM wf_lock_waiters WHERE instance_id = :id))
-  AND lease_owner IS NULL
+WHERE lease_owner IS NULL
   AND instance_id IN (
       SELECT (SELECT w.instance_id FROM wf_lock_waiters w
               WHERE w.key = f.key AND w.instance_id <> :id
