@@ -329,11 +329,12 @@ def _child(
     barrier: Any,
     stop: Any,
     results: Any,
-    ended: Any,
+    ended: Any = None,
 ) -> None:
-    from . import workload
+    if ended is not None:
+        from . import workload
 
-    workload.ENDED = ended
+        workload.ENDED = ended
     try:
         out = target(spec, barrier, stop)
     except BaseException:
