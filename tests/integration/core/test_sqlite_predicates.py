@@ -85,6 +85,7 @@ def test_a_step_statement_builds_no_temporary_table(
     [
         ("purge_batch", "wf_instances_finished"),
         ("soft_purge_batch", "wf_instances_finished"),
+        ("throughput", "wf_instances_finished"),
         ("lock_waiters", "wf_instances_active"),
     ],
 )
