@@ -36,6 +36,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +70,12 @@ class KillSwitch:
         self._seen = 0
         self._lock = threading.Lock()
 
-    def hit(self, op: str, when: str) -> None:
-        """Count one ``op`` call at ``when``; die if it is the chosen one."""
+    def hit(
+        self, op: str, when: str, quiet: Callable[[], AbstractContextManager[None]] = nullcontext
+    ) -> None:
+        """Count one ``op`` call at ``when``; die if it is the chosen one. A SIGSTOP is sent
+        inside ``quiet()``: the store's other threads (the heartbeat's write) must not be
+        frozen holding what every other process needs to start (SQLite's write lock)."""
         if (op, when) != (self.op, self.when):
             return
         with self._lock:
@@ -77,7 +83,8 @@ class KillSwitch:
             if self._seen == self.at:
                 # Thread-directed, so this very thread stops or dies before its next line;
                 # a process-directed SIGSTOP was seen to let it run on into the commit.
-                signal.pthread_kill(threading.get_ident(), self.signal)
+                with quiet() if self.signal == signal.SIGSTOP else nullcontext():
+                    signal.pthread_kill(threading.get_ident(), self.signal)
 
 
 def killing_store(base: type[Any], switch: KillSwitch, outage: float = 0.0) -> type[Any]:
@@ -89,6 +96,26 @@ def killing_store(base: type[Any], switch: KillSwitch, outage: float = 0.0) -> t
     outage_until: list[float] = []
 
     class KillingStore(base):  # type: ignore[misc]
+        @contextmanager
+        def _no_write(self) -> Iterator[None]:
+            # SQLite: this process's writer lock held, with no group commit open, so no
+            # thread of the frozen process holds the file's write lock (a heir starting
+            # up writes, and waited for the thaw that only comes once it has started).
+            writer = getattr(self, "_writer", None)
+            if writer is None:  # PostgreSQL: nothing of the kind
+                yield
+                return
+            while True:
+                writer.acquire()
+                if self._group is None:
+                    break
+                writer.release()
+                time.sleep(0.001)
+            try:
+                yield
+            finally:
+                writer.release()
+
         def heartbeat(self, **kwargs: Any) -> int:
             if outage_until and time.monotonic() < outage_until[0]:
                 raise StoreError("injected heartbeat outage")
@@ -96,34 +123,34 @@ def killing_store(base: type[Any], switch: KillSwitch, outage: float = 0.0) -> t
             return n
 
         def claim(self, **kwargs: Any) -> list[Claim]:
-            switch.hit("claim", "before")
+            switch.hit("claim", "before", self._no_write)
             claims: list[Claim] = super().claim(**kwargs)
             if claims:
                 if outage and not outage_until:
                     outage_until.append(time.monotonic() + outage)
-                switch.hit("claim", "after")
+                switch.hit("claim", "after", self._no_write)
             return claims
 
         def apply(self, commit: Commit) -> int:
             completes = any(e.event_type == Ev.STEP_COMPLETED for e in commit.decision.events)
             if completes:
-                switch.hit("complete", "before")
+                switch.hit("complete", "before", self._no_write)
             version: int = super().apply(commit)
             if completes:
-                switch.hit("complete", "after")
+                switch.hit("complete", "after", self._no_write)
             return version
 
         def apply_and_claim(self, commit: Commit, **kwargs: Any) -> tuple[int, list[Claim]]:
             # A finish and the next claim in one commit: the points of both, in their order.
             completes = any(e.event_type == Ev.STEP_COMPLETED for e in commit.decision.events)
             if completes:
-                switch.hit("complete", "before")
-            switch.hit("claim", "before")
+                switch.hit("complete", "before", self._no_write)
+            switch.hit("claim", "before", self._no_write)
             done: tuple[int, list[Claim]] = super().apply_and_claim(commit, **kwargs)
             if completes:
-                switch.hit("complete", "after")
+                switch.hit("complete", "after", self._no_write)
             if done[1]:
-                switch.hit("claim", "after")
+                switch.hit("claim", "after", self._no_write)
             return done
 
     return KillingStore

@@ -165,20 +165,23 @@ def test_100_linear_across_4_processes(runners: tuple[PostgresStore, Path]) -> N
     assert set(_per_node(store, "NODE_DISPATCHED").values()) == {1}
 
 
-def _holds_a_node(dsn: str, schema: str, pid: int) -> bool:
-    """Whether ``pid``'s runner started a node in the last 0.1 s that is not completed: the
-    node's 0.2 s pause has 0.1 s left at least, time enough for the SIGKILL to land in it.
-    (A live lease was not enough: a node claimed 0.2 s before could complete, and hand
-    over nothing, between this read and the kill.)"""
+def _holds_a_node(dsn: str, schema: str, pid: int, slow: list[str]) -> bool:
+    """Whether ``pid``'s runner started one of the ``slow`` nodes in the last 0.1 s and has
+    not completed it: the node's 0.2 s pause has 0.1 s left at least, time enough for the
+    SIGKILL to land in it. (A live lease was not enough: a node claimed 0.2 s before could
+    complete, and hand over nothing, between this read and the kill; nor was any node: the
+    start node, which does not pause, was once read between its start and its
+    completion.)"""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
         row = conn.execute(
             "SELECT count(*) FROM wf_events s WHERE s.event_type = 'NODE_STARTED'"
             " AND s.worker LIKE %s AND s.created_at > now() - interval '0.1 second'"
+            " AND s.node = ANY(%s)"
             " AND NOT EXISTS (SELECT 1 FROM wf_events c WHERE c.instance_id = s.instance_id"
             " AND c.node = s.node AND c.event_type = 'NODE_COMPLETED')",
-            (f"%:{pid}:%",),
+            (f"%:{pid}:%", slow),
         ).fetchone()
     return row is not None and int(row[0]) > 0
 
@@ -202,10 +205,11 @@ def _killed_mid_node(
         client = DagClient(store)
         ids = [client.start(definition, {"run": f"k{i}"}) for i in range(n)]
         victim = procs[0]
+        slow = [node.id for node in definition.nodes if node.type == "python"]
         # Kill the victim while it holds a node (its lease is live and the node started),
         # so that the kill lands mid-node whatever the machine's speed.
         deadline = time.monotonic() + 60
-        while not _holds_a_node(pg_dsn, pg_schema, victim.pid):
+        while not _holds_a_node(pg_dsn, pg_schema, victim.pid, slow):
             assert time.monotonic() < deadline, "the victim never held a node"
             time.sleep(0.005)
         victim.send_signal(signal.SIGKILL)
