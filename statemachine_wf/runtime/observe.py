@@ -187,15 +187,23 @@ def _parent(stored: str | None) -> Any:
 
 
 _tracer_cache: tuple[object, Any] = (None, None)
+_provider_asked = False
 
 
 def _tracer() -> Any:
     """The package's tracer, or None while no SDK is configured (the API's proxy or
     no-op provider): then a step costs no span at all, not even a non-recording one.
     Looked up per attempt, so a provider set after the runner started is used."""
-    global _tracer_cache
+    global _tracer_cache, _provider_asked
     if otel_trace is None:
         return None
+    # While no provider is set, the API's get_tracer_provider() looks in os.environ for
+    # OTEL_PYTHON_TRACER_PROVIDER (a provider to load) on every call: 1.2 us an attempt.
+    # Asked once; after that, while the API's global still holds none, there is none.
+    # (An API without that global is asked every time.)
+    if _provider_asked and getattr(otel_trace, "_TRACER_PROVIDER", True) is None:
+        return None
+    _provider_asked = True
     provider = otel_trace.get_tracer_provider()
     if isinstance(provider, otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider):
         return None
@@ -206,12 +214,17 @@ def _tracer() -> Any:
     return tracer
 
 
-@contextlib.contextmanager
-def _span(name: str, a: Attempt, stored: str | None) -> Iterator[None]:
+_UNTRACED = contextlib.nullcontext()
+"""What :func:`_span` returns while no SDK is configured (stateless, so shared)."""
+
+
+def _span(name: str, a: Attempt, stored: str | None) -> contextlib.AbstractContextManager[None]:
     tracer = _tracer()
-    if tracer is None:
-        yield
-        return
+    return _UNTRACED if tracer is None else _traced(tracer, name, a, stored)
+
+
+@contextlib.contextmanager
+def _traced(tracer: Any, name: str, a: Attempt, stored: str | None) -> Iterator[None]:
     attrs: dict[str, Any] = {"swf.instance_id": a.instance_id, "swf.type": a.type}
     if a.step is not None:
         attrs["swf.step"] = a.step

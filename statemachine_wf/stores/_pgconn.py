@@ -26,7 +26,7 @@ from ..core.store import Claimant
 from ..definition.config import DEFAULT_DAG_STICKY, DEFAULT_POOL_SIZE
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
-from ._common import loads
+from ._common import Translating, loads
 from ._decisions import SqlStore
 from ._sql import queries, without_comment_lines
 from ._wakeup import Wakeup
@@ -106,28 +106,28 @@ _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MAX_SCHEMA = 63 - len("swf_wake_")
 
 
-@contextmanager
-def wrap_errors() -> Iterator[None]:
-    """Translate driver errors in one place: a duplicate is a lost race (and so is a
-    serialization failure, which only migration 022's swf_lost_race raises), a lost or
-    unobtainable connection :class:`StoreUnavailable` (retried), a value the database
-    cannot store DataRejected (class 22 data exceptions, class 23 integrity violations,
-    text the driver cannot encode), the rest StoreError: the database, retried."""
-    try:
-        yield
-    except psycopg.errors.UniqueViolation as exc:
-        raise ConcurrencyConflict("?", -1) from exc
-    except psycopg.errors.SerializationFailure as exc:  # swf_lost_race (migration 022)
-        raise ConcurrencyConflict("?", -1) from exc
-    except (psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeError) as exc:
-        raise DataRejected(f"postgres: {type(exc).__name__}: {exc}") from exc
-    except psycopg.Error as exc:
-        if _unavailable(exc):
-            lost = not isinstance(exc, PoolTimeout)
-            raise StoreUnavailable(
-                f"postgres: {type(exc).__name__}: {_first_line(exc)}", lost=lost
-            ) from exc
-        raise StoreError(f"postgres: {type(exc).__name__}: {exc}") from exc
+def wrap_errors() -> Translating:
+    """Translate driver errors in one place: a duplicate (or migration 022's swf_lost_race,
+    a serialization failure) is a lost race, a lost or unobtainable connection
+    :class:`StoreUnavailable` (retried), a value the database cannot store DataRejected
+    (classes 22 and 23, text the driver cannot encode), the rest StoreError (retried)."""
+    return _WRAP
+
+
+def _translated(exc: BaseException) -> BaseException | None:  # see wrap_errors
+    if isinstance(exc, psycopg.errors.UniqueViolation | psycopg.errors.SerializationFailure):
+        return ConcurrencyConflict("?", -1)
+    if isinstance(exc, psycopg.DataError | psycopg.IntegrityError | UnicodeEncodeError):
+        return DataRejected(f"postgres: {type(exc).__name__}: {exc}")
+    if isinstance(exc, psycopg.Error) and _unavailable(exc):
+        lost = not isinstance(exc, PoolTimeout)
+        return StoreUnavailable(f"postgres: {type(exc).__name__}: {_first_line(exc)}", lost=lost)
+    if isinstance(exc, psycopg.Error):
+        return StoreError(f"postgres: {type(exc).__name__}: {exc}")
+    return None
+
+
+_WRAP = Translating(_translated)
 
 
 # The server went away: class 08 (connection exception), 57P01-57P03 (admin shutdown,

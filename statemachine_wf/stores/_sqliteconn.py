@@ -30,7 +30,7 @@ from ..errors import (
     SchemaTooNew,
     StoreError,
 )
-from ._common import dumps
+from ._common import Translating, dumps
 from ._decisions import SqlStore
 from ._filelock import WriterQueue
 from ._live import LiveHub, Subscription
@@ -42,24 +42,29 @@ _SCRIPTS = {name: guarded_statements(text) for name, text in Q.items()}
 log = logging.getLogger("statemachine_wf.sqlite")
 
 
-@contextmanager
-def wrap_errors() -> Iterator[None]:
+def _translated(exc: BaseException) -> BaseException | None:
+    if isinstance(exc, sqlite3.IntegrityError):
+        if "UNIQUE constraint failed" in str(exc):
+            return ConcurrencyConflict("?", -1)
+        return DataRejected(f"sqlite: {type(exc).__name__}: {exc}")
+    if isinstance(exc, sqlite3.DataError | OverflowError | UnicodeEncodeError):
+        return DataRejected(f"sqlite: {type(exc).__name__}: {exc}")
+    if isinstance(exc, sqlite3.Error):
+        return StoreError(f"sqlite: {type(exc).__name__}: {exc}")
+    return None
+
+
+_WRAP = Translating(_translated)
+
+
+def wrap_errors() -> Translating:
     """Translate driver errors in one place: a duplicate is a lost race, a value the
     database cannot store DataRejected, the rest StoreError.
 
     As the PostgreSQL store's: callers that know which row a unique index refused
     translate the duplicate themselves first (with the instance and version).
     """
-    try:
-        yield
-    except sqlite3.IntegrityError as exc:
-        if "UNIQUE constraint failed" in str(exc):
-            raise ConcurrencyConflict("?", -1) from exc
-        raise DataRejected(f"sqlite: {type(exc).__name__}: {exc}") from exc
-    except (sqlite3.DataError, OverflowError, UnicodeEncodeError) as exc:
-        raise DataRejected(f"sqlite: {type(exc).__name__}: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise StoreError(f"sqlite: {type(exc).__name__}: {exc}") from exc
+    return _WRAP
 
 
 class _Result:
