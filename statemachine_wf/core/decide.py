@@ -150,6 +150,15 @@ def _decide(
     return Decision(tuple(events), apply_all(state, events), task, dead_letter=dead_letter)
 
 
+def _decide_after(
+    after: Projection, events: list[NewEvent], more: list[NewEvent], task: TaskOp
+) -> Decision:
+    """As :func:`_decide` on ``events + more``, given ``after``: the state the decision
+    is made on with ``events`` already applied (the fold is a left fold), so they are
+    not applied twice."""
+    return Decision((*events, *more), apply_all(after, more), task)
+
+
 def start(state: Projection, step: str, *, failures: int = 0) -> Decision:
     """Write the intent of the next attempt of ``step`` (``failures`` so far carried on)."""
     attempt = state.next_attempt(step)
@@ -176,19 +185,20 @@ def _moved_on(
     # them (or already pending) must win over starting the next step.
     after = apply_all(state, events)
     if target == COMPLETED:
-        return _decide(state, [*events, NewEvent(Ev.COMPLETED)], Finish())
+        return _decide_after(after, events, [NewEvent(Ev.COMPLETED)], Finish())
     if after.cancel_requested:
-        return _decide(state, [*events, NewEvent(Ev.CANCELLED)], Finish())
+        return _decide_after(after, events, [NewEvent(Ev.CANCELLED)], Finish())
     if not hold:
         # No intent without a runner to act on it: STEP_STARTED written now would put
         # the next step in doubt for whoever claims it, though nothing ran.
-        return _decide(state, events, Reschedule(target, 0.0, 0))
+        return _decide_after(after, events, [], Reschedule(target, 0.0, 0))
     # The next step's intent in the same commit as this step's outcome: the runner keeps
     # its lease and runs on without a claim, and a crash in between leaves it in doubt.
     attempt = after.next_attempt(target)
-    return _decide(
-        state,
-        [*events, NewEvent(Ev.STEP_STARTED, target, attempt)],
+    return _decide_after(
+        after,
+        events,
+        [NewEvent(Ev.STEP_STARTED, target, attempt)],
         Continue(target, attempt, failures),
     )
 

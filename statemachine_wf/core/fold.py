@@ -84,13 +84,17 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
         # The intent, written before the action runs: from here until the attempt's
         # outcome is logged the step is in flight, and a claim that finds it so (a crash)
         # must ask the reconcile hook before running it again.
-        return replace(
-            state,
+        return Projection(  # every field named: a step's hot path (replace is 2x slower)
             status=Status.RUNNING,
             step=event.node,
             step_attempts=event.attempt or 0,
             in_flight=True,
+            progress=state.progress,
+            error=state.error,
+            cancel_requested=state.cancel_requested,
             attempts={**state.attempts, str(event.node): event.attempt or 0},
+            waits=state.waits,
+            waiting=state.waiting,
         )
     if et == Ev.STEP_RELEASED:
         # Handed back before any worker ran it: nothing to ask a reconcile hook about; the
@@ -103,17 +107,16 @@ def apply(state: Projection, event: NewEvent | EventRecord) -> Projection:
         target = payload.get("to")
         # Waits belong to one visit of a step: leaving it forgets them, so a later visit
         # (a loop back) waits afresh and a stale signal's token matches nothing.
-        if target == COMPLETED:
-            return replace(
-                state, in_flight=False, progress=progress, error=None, waits={}, waiting=None
-            )
-        return replace(
-            state,
-            step=target,
-            step_attempts=state.attempts.get(str(target), 0),
+        done = target == COMPLETED
+        return Projection(  # every field named, as for STEP_STARTED
+            status=state.status,
+            step=state.step if done else target,
+            step_attempts=state.step_attempts if done else state.attempts.get(str(target), 0),
             in_flight=False,
             progress=progress,
             error=None,
+            cancel_requested=state.cancel_requested,
+            attempts=state.attempts,
             waits={},
             waiting=None,
         )

@@ -119,3 +119,36 @@ def test_retry_policy_waits() -> None:
     assert all(2 <= jittered.delay(2) <= 3 for _ in range(50))
     with pytest.raises(ValueError, match="max_attempts"):
         RetryPolicy(max_attempts=0)
+
+
+def test_a_steps_hot_events_keep_every_field_they_do_not_change() -> None:
+    # apply() builds the projection of STEP_STARTED and STEP_COMPLETED naming every field
+    # (dataclasses.replace cost twice as much on a step's path): a field added to
+    # Projection must be named there too, or these events would reset it to its default.
+    from dataclasses import fields, replace
+
+    from statemachine_wf.core.fold import apply
+
+    assert [f.name for f in fields(Projection)] == [
+        "status", "step", "step_attempts", "in_flight", "progress", "error",
+        "cancel_requested", "attempts", "waits", "waiting",
+    ], "a new Projection field: name it in fold.apply (STEP_STARTED, STEP_COMPLETED)"  # fmt: skip
+    busy = Projection(
+        status=Status.RUNNING, step="first", step_attempts=2, in_flight=False,
+        progress={"a": 1}, error={"code": "x"}, cancel_requested=True,
+        attempts={"first": 2, "second": 4}, waits={"k": {"kind": "timer"}}, waiting="k",
+    )  # fmt: skip
+    started = apply(busy, NewEvent(Ev.STEP_STARTED, "second", 5))
+    assert started == replace(
+        busy, step="second", step_attempts=5, in_flight=True,
+        attempts={"first": 2, "second": 5},
+    )  # fmt: skip
+    moved = apply(
+        started, NewEvent(Ev.STEP_COMPLETED, "second", 5, {"progress": {"b": 2}, "to": "first"})
+    )
+    assert moved == replace(
+        started, step="first", step_attempts=2, in_flight=False, progress={"a": 1, "b": 2},
+        error=None, waits={}, waiting=None,
+    )  # fmt: skip
+    done = apply(started, NewEvent(Ev.STEP_COMPLETED, "second", 5, {"to": "COMPLETED"}))
+    assert done == replace(started, in_flight=False, error=None, waits={}, waiting=None)
