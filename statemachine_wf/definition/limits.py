@@ -209,13 +209,14 @@ _EMPTY = {dict: "{}", list: "[]", type(None): "null"}
 settled, no waits), without an encoder."""
 
 
-def checked_dumps(value: Any, *, compact: bool = False) -> str:
+def checked_dumps(value: Any, *, compact: bool = False, max_depth: int = MAX_STORED_DEPTH) -> str:
     """``json.dumps(value)`` for a store, refusing what some store cannot keep.
 
     The one check both stores' write paths share, so a value PostgreSQL refuses is refused
     on SQLite too, with the same message. Cheap for the common value: it encodes first,
     and walks the value only when the text shows brackets enough to be too deep or an
     escape that may be a NUL or a surrogate. ``compact``: no spaces, keys sorted.
+    ``max_depth``: for a value that holds stored values one level down (a batch item).
 
     Raises:
         DataRejected: names the path inside the value and the problem.
@@ -228,8 +229,8 @@ def checked_dumps(value: Any, *, compact: bool = False) -> str:
         text: str | None = encoder.encode(value)
     except (ValueError, RecursionError):
         text = None
-    if text is None or _suspect(text, MAX_STORED_DEPTH):
-        found = value_problem(value, max_depth=MAX_STORED_DEPTH)
+    if text is None or _suspect(text, max_depth):
+        found = value_problem(value, max_depth=max_depth)
         if found is not None:
             path, problem = found
             raise DataRejected(f"value refused: {path} {problem}", path=path, problem=problem)
