@@ -54,7 +54,7 @@ class Translating:
 
 def dumps(value: Any) -> str:
     """The JSON text a store writes; refuses what some store cannot keep (DataRejected)."""
-    return checked_dumps(value, compact=True)
+    return checked_dumps(value, sort_keys=True)
 
 
 class Undecodable(dict[str, Any]):
