@@ -26,7 +26,7 @@ from ..core.store import Claimant
 from ..definition.config import DEFAULT_DAG_STICKY, DEFAULT_POOL_SIZE
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
-from ._common import Translating, loads
+from ._common import Translating
 from ._decisions import SqlStore
 from ._sql import queries, without_comment_lines
 from ._wakeup import Wakeup
@@ -35,7 +35,7 @@ try:
     import psycopg
     from psycopg import sql
     from psycopg.rows import dict_row
-    from psycopg.types.json import Jsonb, set_json_loads
+    from psycopg.types.json import Jsonb
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -46,6 +46,7 @@ from ._pghealth import Health
 from ._pglive import LiveListener, live_channel  # needs psycopg: after the check above
 from ._pgoffer import Offers
 from ._pgprepare import run_prepared
+from ._pgtypes import configure_loaders
 
 log = logging.getLogger("statemachine_wf.postgres")
 # Sent without their whole-line comments: fewer bytes on the wire and in the server's
@@ -357,10 +358,7 @@ class PgConnections(SqlStore):
     # -- plumbing ---------------------------------------------------------------------
     def _configured(self, conn: psycopg.Connection[Any]) -> None:
         self._verified[conn] = self._born[conn] = self._losses  # fresh: good until a loss
-        # json/jsonb decode with _common.loads: a value nested too deep for Python becomes
-        # Undecodable instead of raising RecursionError out of a fetch (which left a
-        # claimed task leased for ever).
-        set_json_loads(loads, conn)
+        configure_loaders(conn)
 
     def _regrow(self, pool: ConnectionPool[Any]) -> None:
         """A connection attempt gave up: make the next one now (see ``__init__``)."""
