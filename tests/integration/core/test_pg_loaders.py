@@ -5,24 +5,12 @@ CPU (bench/README.md, "Session 57")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from statemachine_wf.stores._common import Undecodable
 from statemachine_wf.stores.postgres import PostgresStore
 
 
-@pytest.fixture
-def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
-    s = PostgresStore(pg_dsn, schema=pg_schema, pool_size=1)
-    s.migrate()
-    yield s
-    s.close()
-
-
-def test_a_uuid_column_reads_as_its_text(store: PostgresStore) -> None:
-    with store._reading() as conn:
+def test_a_uuid_column_reads_as_its_text(pg_store: PostgresStore) -> None:
+    with pg_store._reading() as conn:
         row = conn.execute(
             "SELECT '0190f3c2-1234-7abc-8def-0123456789ab'::uuid AS id, NULL::uuid AS none,"
             " ARRAY['0190f3c2-1234-7abc-8def-0123456789ab'::uuid] AS ids"
@@ -34,9 +22,9 @@ def test_a_uuid_column_reads_as_its_text(store: PostgresStore) -> None:
     assert row["ids"] == ["0190f3c2-1234-7abc-8def-0123456789ab"]
 
 
-def test_json_too_deep_for_python_reads_as_undecodable(store: PostgresStore) -> None:
+def test_json_too_deep_for_python_reads_as_undecodable(pg_store: PostgresStore) -> None:
     deep = "[" * 5000 + "]" * 5000
-    with store._reading() as conn:
+    with pg_store._reading() as conn:
         row = conn.execute("SELECT %s::json AS v", (deep,)).fetchone()
     assert row is not None
     assert isinstance(row["v"], Undecodable)
