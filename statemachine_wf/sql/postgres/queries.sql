@@ -430,68 +430,20 @@ SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS liv
 , task AS (
     DELETE FROM wf_tasks t USING inst WHERE t.instance_id = inst.id AND t.slot = ''
       AND t.instance_id = ANY(ARRAY(SELECT id FROM inst))
-), sig_end AS (
-    -- An instance that ends dead-letters the signals it never applied and voids its
-    -- timers (rows this commit settles itself excepted).
-    UPDATE wf_signals s
-    SET state = CASE WHEN s.kind = 'timer' THEN 'void' ELSE 'dead' END, settled_at = now()
-    FROM inst
-    WHERE s.instance_id = inst.id AND s.state = 'pending'
-      AND s.id NOT IN (SELECT (x ->> 'id')::bigint
-                       FROM jsonb_array_elements(%(settled)s::jsonb) AS x)
-    RETURNING s.*
-), sig_end_dead AS (
-    INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker)
-    SELECT e.instance_id,
-           jsonb_build_object('signal', e.id, 'instance_id', e.instance_id, 'kind', e.kind,
-                              'name', e.name, 'payload', e.payload,
-                              'tokened', e.token IS NOT NULL),
-           'the instance ended before the signal was applied', %(worker)s
-    FROM sig_end e WHERE e.kind = 'signal'
-), rel AS (
-    -- An instance that ends releases its locks and wakes their waiters, in the same commit.
-    DELETE FROM wf_locks l USING inst WHERE l.holder = inst.id RETURNING l.key
-), freed AS (
-    -- The keys this commit leaves free with somebody still queued: the ones it releases,
-    -- and the ones it queued for and never took (a woken waiter that ends without taking
-    -- the lock passes the wake-up on; see lock_release).
-    SELECT key FROM rel
-    UNION
-    SELECT w.key FROM wf_lock_waiters w, inst
-    WHERE w.instance_id = inst.id AND NOT EXISTS (SELECT 1 FROM wf_locks l WHERE l.key = w.key)
-), woke AS (
-    -- The waiters' task rows are locked in id order (the sub-select's FOR UPDATE, above
-    -- its sort), not in the order the plan meets them: two statements that wake the same
-    -- two instances (queued on two keys at once) then never hold one row each while
-    -- waiting for the other's (tests/integration/core/test_wake_lock_order.py).
-    UPDATE wf_tasks SET due_at = now()
-    WHERE lease_owner IS NULL
-      AND id IN (
-          SELECT t.id FROM wf_tasks t
-          WHERE t.lease_owner IS NULL
-            AND t.instance_id IN (
-                SELECT DISTINCT ON (w.key) w.instance_id
-                FROM wf_lock_waiters w JOIN freed ON freed.key = w.key
-                -- None of the instances that end here (one, or a group's: _pggroup.py).
-                WHERE w.instance_id NOT IN (SELECT id FROM inst)
-                  AND EXISTS (SELECT 1 FROM wf_tasks o
-                              WHERE o.instance_id = w.instance_id AND o.lease_owner IS NULL)
-                ORDER BY w.key, w.since, w.instance_id)
-          ORDER BY t.id FOR UPDATE)
-    RETURNING id
-), parent AS (
-    -- A sub-workflow that ends makes its parent's waiting node task due, in this commit.
-    -- The row is matched whatever its lease (so a parent parking it right now is waited
-    -- for, then woken) and left as it is while a runner holds it: that runner re-reads
-    -- the child after parking (docs/architecture.md, "Sub-workflows").
-    -- The parents' rows are locked in id order, as `woke` locks its rows: a group of
-    -- children of several parents would otherwise lock them in its batch's order.
-    UPDATE wf_tasks t
-    SET due_at = CASE WHEN t.lease_owner IS NULL THEN now() ELSE t.due_at END
-    WHERE t.id IN (SELECT p.id FROM wf_tasks p JOIN inst
-                   ON p.instance_id = inst.parent_id AND p.slot = inst.parent_node
-                   ORDER BY p.id FOR UPDATE OF p)
-    RETURNING t.lease_owner IS NULL AS due
+), ends AS (
+    -- What the instances that end here leave to others (pending signals, locks and lock
+    -- queues, a parent's waiting node) is swf_finish_rest's (migration 025), called only
+    -- when one of them has some. Here, its sixty-odd plan nodes were set up on every
+    -- finish, as a generic plan sets up every node it holds, run or not (bench/README.md,
+    -- "Session 58"). The probes read the statement's snapshot, as the CTEs did: a signal
+    -- or a lock queued by a commit that this statement does not see is the next one's.
+    SELECT swf_finish_rest(ARRAY(SELECT id FROM inst), %(settled)s::jsonb, %(worker)s)
+               AS made_due
+    WHERE EXISTS (SELECT 1 FROM inst WHERE inst.parent_id IS NOT NULL)
+       OR EXISTS (SELECT 1 FROM inst JOIN wf_signals s
+                  ON s.instance_id = inst.id AND s.state = 'pending')
+       OR EXISTS (SELECT 1 FROM inst JOIN wf_locks l ON l.holder = inst.id)
+       OR EXISTS (SELECT 1 FROM inst JOIN wf_lock_waiters w ON w.instance_id = inst.id)
 ), done AS (
     -- Notify only when this commit made another task due: NOTIFY takes a database-wide
     -- lock held until the commit is flushed, so a notify on every finish serialises the
@@ -506,8 +458,7 @@ SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS liv
     SELECT d.id, d.version, d.made_due, 1::bigint AS slots,
            CASE WHEN d.made_due THEN pg_notify(%(channel)s, 'finish') END AS notified
     FROM (SELECT inst.id, inst.version,
-                 EXISTS (SELECT 1 FROM woke) OR EXISTS (SELECT 1 FROM parent WHERE due)
-                     AS made_due
+                 coalesce((SELECT bool_or(made_due) FROM ends), false) AS made_due
           FROM inst) AS d
 )
 SELECT version, notified, (SELECT count(*) FROM live) AS live FROM done;
