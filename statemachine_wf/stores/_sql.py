@@ -44,37 +44,45 @@ def migrations(dialect: str) -> list[tuple[int, str]]:
 
 def split_statements(script: str) -> list[str]:
     """The statements of a SQLite script (a migration, or a named query of several)."""
-    return [statement for statement, _ in guarded_statements(script)]
+    return [statement for statement, _, _ in guarded_statements(script)]
 
 
-# A comment line ``-- only when :param`` right before a statement: see guarded_statements.
+# Comment lines right before a statement: ``-- only when :param`` guards it, ``-- sets
+# :name`` makes it a probe (see guarded_statements).
 _GUARD = re.compile(r"^--\s*only when\s*:(\w+)\s*$")
+_SETS = re.compile(r"^--\s*sets\s*:(\w+)\s*$")
 
 
-def guarded_statements(script: str) -> list[tuple[str, str | None]]:
-    """The statements of a SQLite script, each with the parameter that guards it.
+def guarded_statements(script: str) -> list[tuple[str, str | None, str | None]]:
+    """The statements of a SQLite script, each with the parameter that guards it and the
+    one it sets.
 
     Split on complete statements, not on every ';': a trigger body holds several. Whole
     comment lines are dropped. A statement after ``-- only when :p`` does nothing unless
     ``p`` is set, so a caller may skip it when ``p`` is None, False, 0 or empty (running
     it would never be wrong, only slower: each statement costs a call into SQLite even
     when its WHERE is false at once). A query's last statement, its result, runs
-    whatever its guard.
+    whatever its guard. A statement after ``-- sets :p`` is a probe: its one value is
+    ``p`` for the statements after it (a guard of theirs, most often), read in the
+    script's own transaction, so under the writer lock it stays true until they run.
     """
-    statements: list[tuple[str, str | None]] = []
+    statements: list[tuple[str, str | None, str | None]] = []
     buf = ""
     guard: str | None = None
+    sets: str | None = None
     for line in script.splitlines():
         if line.strip().startswith("--"):
-            match = _GUARD.match(line.strip())
-            if match is not None and not buf.strip():
-                guard = match.group(1)
+            if not buf.strip():
+                if (match := _GUARD.match(line.strip())) is not None:
+                    guard = match.group(1)
+                elif (match := _SETS.match(line.strip())) is not None:
+                    sets = match.group(1)
             continue
         buf += line + "\n"
         if sqlite3.complete_statement(buf):
             if buf.strip().rstrip(";").strip():
-                statements.append((buf.strip(), guard))
-            buf, guard = "", None
+                statements.append((buf.strip(), guard, sets))
+            buf, guard, sets = "", None, None
     if buf.strip():
-        statements.append((buf.strip(), guard))
+        statements.append((buf.strip(), guard, sets))
     return statements

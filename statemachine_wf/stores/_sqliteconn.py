@@ -357,24 +357,29 @@ class SQLiteConnections(SqlStore):
         # transaction), and the last one's rows are the result.
         # A statement guarded by a parameter that is not set is skipped (guarded_statements);
         # the last one is the result, and runs.
-        *head, (last, _) = _SCRIPTS[name]
-        for statement, guard in head:
+        *head, (last, _, _) = _SCRIPTS[name]
+        for statement, guard, sets in head:
             if guard is None or params[guard]:
-                conn.execute(statement, params)
+                cursor = conn.execute(statement, params)
+                if sets is not None:  # a probe: its value is a parameter from here on
+                    params = {**params, sets: cursor.fetchone()[0]}
         return _Result(conn.execute(last, params))
 
     def _run_decision(
         self, conn: sqlite3.Connection, names: Sequence[str], params: dict[str, Any]
     ) -> sqlite3.Row | dict[str, int] | None:
-        (first, _), *rest = [statement for name in names for statement in _SCRIPTS[name]]
+        (first, _, _), *rest = [statement for name in names for statement in _SCRIPTS[name]]
         # The CAS: under the writer lock (BEGIN IMMEDIATE) the version cannot move between
         # this statement and the next, so checking its count here gates the whole script.
         if conn.execute(first, params).rowcount != 1:
             return None
         rows: list[sqlite3.Row] = []
-        for statement, guard in rest:
+        for statement, guard, sets in rest:
             if guard is None or params[guard]:
                 rows = conn.execute(statement, params).fetchall()
+                if sets is not None:  # a probe: its value is a parameter from here on
+                    params = {**params, sets: rows[0][0]}
+                    rows = []
         # A DAG tail ends in a SELECT of what it did; a state machine's tails return
         # nothing, and the CAS having passed, the new version is the one after it.
         return rows[0] if rows else {"version": params["version"] + 1}

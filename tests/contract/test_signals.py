@@ -11,6 +11,8 @@ import uuid
 import pytest
 
 from statemachine_wf import ConcurrencyConflict, InvalidState, NotFound, Status
+from statemachine_wf.core import decide
+from statemachine_wf.core.decide import Finish
 from statemachine_wf.core.fold import fold
 from statemachine_wf.core.store import Claim, Commit, Store
 from statemachine_wf.core.waits import NewSignal, SignalRecord, deliver, park
@@ -148,3 +150,22 @@ def test_an_ending_instance_dead_letters_its_signals_and_voids_its_timer(store: 
     [letter] = store.dead_letters()
     assert letter["instance_id"] == iid
     assert letter["envelope"]["name"] == "second"
+
+
+def test_a_finish_dead_letters_a_signal_its_decision_never_saw(store: Store) -> None:
+    # Buffered while the step ran (no wait asked for it): the finish's decision settles
+    # nothing, so the store's end of the instance is what dead-letters it (SQLite's probe
+    # and PostgreSQL's swf_finish_rest, run only when there is something to do).
+    claim = started(store, type_=TYPE)
+    iid = claim.instance.id
+    store.signal(NewSignal(iid, "second", {"n": 1}))
+    rec = store.get(iid)  # the signal moved the version (its wake-up's fence)
+    assert rec is not None
+    d = decide.cancel(rec.projection(in_flight=True), leased=False)
+    assert isinstance(d.task, Finish)
+    assert (d.signals.settled, d.signals.dead) == ((), ())
+    store.apply(Commit(iid, rec.version, d, "w"))
+    assert store.signal_counts(instance_id=iid)["dead"] == 1
+    [letter] = store.dead_letters()
+    assert (letter["instance_id"], letter["envelope"]["name"]) == (iid, "second")
+    assert letter["reason"] == "the instance ended before the signal was applied"

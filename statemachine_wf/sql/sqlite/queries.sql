@@ -145,12 +145,23 @@ WHERE instance_id = :id AND slot = '';
 
 -- name: apply_finish
 DELETE FROM wf_tasks WHERE instance_id = :id AND slot = '';
+-- What an ending instance leaves to others (its locks and places in lock queues, its
+-- pending signals, a parent's waiting node) is five statements, which most finishes have
+-- nothing for: they run only when this probe finds some (four fewer calls into SQLite a
+-- workflow; PostgreSQL's swf_finish_rest, migration 025). Under the writer lock its
+-- answer holds until they run.
+-- sets :ends_rest
+SELECT EXISTS (SELECT 1 FROM wf_locks WHERE holder = :id)
+       OR EXISTS (SELECT 1 FROM wf_lock_waiters WHERE instance_id = :id)
+       OR EXISTS (SELECT 1 FROM wf_signals WHERE instance_id = :id AND state = 'pending')
+       OR EXISTS (SELECT 1 FROM wf_instances WHERE id = :id AND parent_id IS NOT NULL);
 -- An instance that ends releases its locks and wakes one waiter of each, in the same
 -- commit (the waiters are found through the locks, so the wake-up goes first). The keys
 -- it queued for and never took, now free, pass their wake-up on too: it may have been
 -- the waiter a release woke (lock_release, and PostgreSQL's apply_finish).
+-- only when :ends_rest
 UPDATE wf_tasks SET due_at = :now
-WHERE lease_owner IS NULL
+WHERE :ends_rest AND lease_owner IS NULL
   AND instance_id IN (
       SELECT (SELECT w.instance_id FROM wf_lock_waiters w
               WHERE w.key = f.key AND w.instance_id <> :id
@@ -162,9 +173,11 @@ WHERE lease_owner IS NULL
             SELECT w.key FROM wf_lock_waiters w
             WHERE w.instance_id = :id
               AND NOT EXISTS (SELECT 1 FROM wf_locks l WHERE l.key = w.key)) AS f);
-DELETE FROM wf_locks WHERE holder = :id;
+-- only when :ends_rest
+DELETE FROM wf_locks WHERE :ends_rest AND holder = :id;
 -- An instance that ends dead-letters the signals it never applied and voids its timers
 -- (those this commit settled are no longer pending: apply_signals ran first).
+-- only when :ends_rest
 INSERT INTO wf_dead_letters (instance_id, envelope, reason, worker, created_at)
 SELECT instance_id,
        json_object('signal', id, 'instance_id', instance_id, 'kind', kind, 'name', name,
@@ -172,16 +185,19 @@ SELECT instance_id,
                    'tokened', json(CASE WHEN token IS NULL THEN 'false' ELSE 'true' END)),
        'the instance ended before the signal was applied', :worker, :now
 FROM wf_signals
-WHERE instance_id = :id AND state = 'pending' AND kind = 'signal';
+WHERE :ends_rest AND instance_id = :id AND state = 'pending' AND kind = 'signal';
+-- only when :ends_rest
 UPDATE wf_signals
 SET state = CASE WHEN kind = 'timer' THEN 'void' ELSE 'dead' END, settled_at = :now
-WHERE instance_id = :id AND state = 'pending';
+WHERE :ends_rest AND instance_id = :id AND state = 'pending';
 -- A sub-workflow that ends makes its parent's waiting node task due, in the same commit
 -- (left alone while a runner holds it: that runner re-reads the child after parking).
 -- (Two scalar subqueries, NULL for an instance with no parent: no temporary table.)
+-- only when :ends_rest
 UPDATE wf_tasks
 SET due_at = CASE WHEN lease_owner IS NULL THEN :now ELSE due_at END
-WHERE instance_id = (SELECT parent_id FROM wf_instances WHERE id = :id)
+WHERE :ends_rest
+  AND instance_id = (SELECT parent_id FROM wf_instances WHERE id = :id)
   AND slot = (SELECT parent_node FROM wf_instances WHERE id = :id);
 
 -- name: apply_keep

@@ -63,7 +63,7 @@ def test_sqlite_heartbeat_extends_its_own_leases_off_the_leased_index(
         "payload": "{}", "ids": '["i000001"]', "token": None, "unrun": True,
     }  # fmt: skip
     for name in BY_OWNER:
-        for statement, _guard in _SCRIPTS[name]:
+        for statement, _guard, _sets in _SCRIPTS[name]:
             plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + statement, params)]
             text = f"{name}: {statement}\n" + "\n".join(plan)
             # A full read of wf_tasks shows as "SCAN wf_tasks" (with no index after it).

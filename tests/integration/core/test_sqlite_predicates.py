@@ -58,7 +58,7 @@ def test_no_partial_index_predicate_is_an_in_list(conn: sqlite3.Connection) -> N
 
 def _statement(query: str, marker: str) -> str:
     """The one statement of script ``query`` whose text holds ``marker``."""
-    found = [text for text, _ in _SCRIPTS[query] if marker in text]
+    found = [text for text, _, _ in _SCRIPTS[query] if marker in text]
     assert len(found) == 1, (query, marker, len(found))
     return found[0]
 

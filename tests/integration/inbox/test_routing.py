@@ -228,7 +228,7 @@ def test_sqlite_claim_walks_one_types_index_and_never_the_table(tmp_path: Any) -
     }  # fmt: skip
     conn.execute(_SCRIPTS["claim"][0][0])  # its scratch table
     for name in ("claim", "dag_claim"):
-        for statement, _guard in _SCRIPTS[name]:
+        for statement, _guard, _sets in _SCRIPTS[name]:
             if statement.lstrip().upper().startswith(("CREATE", "DELETE FROM TEMP")):
                 continue
             plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + statement, params)]

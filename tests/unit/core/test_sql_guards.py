@@ -26,10 +26,25 @@ def test_a_guard_tags_only_the_statement_after_it() -> None:
     SELECT 1
     """
     assert guarded_statements(script) == [
-        ("DELETE FROM a;", None),
-        ("DELETE FROM b WHERE :x;", "x"),
-        ("DELETE FROM c;", None),
-        ("SELECT 1", None),
+        ("DELETE FROM a;", None, None),
+        ("DELETE FROM b WHERE :x;", "x", None),
+        ("DELETE FROM c;", None, None),
+        ("SELECT 1", None, None),
+    ]
+
+
+def test_a_probe_names_the_parameter_it_sets() -> None:
+    script = """
+    -- sets :y
+    SELECT EXISTS (SELECT 1 FROM a);
+    -- only when :y
+    DELETE FROM a WHERE :y;
+    SELECT 1
+    """
+    assert guarded_statements(script) == [
+        ("SELECT EXISTS (SELECT 1 FROM a);", None, "y"),
+        ("DELETE FROM a WHERE :y;", "y", None),
+        ("SELECT 1", None, None),
     ]
 
 
@@ -37,7 +52,7 @@ def _guarded() -> list[tuple[str, str, str]]:
     return [
         (name, statement, guard)
         for name, text in queries("sqlite").items()
-        for statement, guard in guarded_statements(text)
+        for statement, guard, _ in guarded_statements(text)
         if guard is not None
     ]
 
@@ -53,6 +68,7 @@ def test_the_dag_commit_and_the_timer_are_guarded() -> None:
         ("dag_tail", "n_dispatch"),
         ("apply_signals", "timer_token"),
         ("apply_head", "status_moves"),
+        ("apply_finish", "ends_rest"),
     } <= guards
 
 
