@@ -3,7 +3,7 @@
 -- next waiter woken), and a parent's waiting node (made due). apply_finish calls this
 -- only when one of them has any of these, which most finishes do not.
 --
--- Why a function: a prepared statement's generic plan sets up every node it holds on each
+-- Why functions: a prepared statement's generic plan sets up every node it holds on each
 -- call, run or not. These were sixty-odd of the hundred and fifty nodes of a finish and
 -- its claim, set up on every finish: ExecutorStart was a fifth of a runner's server CPU
 -- (bench/README.md, "Session 58"). In plpgsql their plans are cached per connection and
@@ -11,7 +11,44 @@
 -- statement wrote before the call, and every row it writes is another instance's, or the
 -- ending instances' signals and locks, which the finish's statement does not write (its
 -- settled signals are passed in and left alone).
---
+
+-- The next waiter of each freed key woken: the longest-waiting one whose task no runner
+-- holds (a leased waiter is inside its step and asks for the lock itself), `passed` never
+-- (the instances that end in the same commit). Shared by lock_release and swf_finish_rest;
+-- returns how many tasks it made due.
+CREATE FUNCTION swf_wake_next(freed text[], passed uuid[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    woken integer;
+BEGIN
+    -- The waiters' task rows are locked in id order (the sub-select's FOR UPDATE, above
+    -- its sort), not in the order the plan meets them: two statements that wake the same
+    -- two instances (queued on two keys at once) then never hold one row each while
+    -- waiting for the other's (tests/integration/core/test_wake_lock_order.py).
+    WITH woke AS (
+        UPDATE wf_tasks SET due_at = now()
+        WHERE lease_owner IS NULL
+          AND id IN (
+              SELECT t.id FROM wf_tasks t
+              WHERE t.lease_owner IS NULL
+                AND t.instance_id IN (
+                    SELECT DISTINCT ON (w.key) w.instance_id
+                    FROM wf_lock_waiters w
+                    WHERE w.key = ANY(freed) AND w.instance_id <> ALL (passed)
+                      AND EXISTS (SELECT 1 FROM wf_tasks o
+                                  WHERE o.instance_id = w.instance_id
+                                    AND o.lease_owner IS NULL)
+                    ORDER BY w.key, w.since, w.instance_id)
+              ORDER BY t.id FOR UPDATE)
+        RETURNING id
+    )
+    SELECT count(*) INTO woken FROM woke;
+    RETURN woken;
+END
+$$;
+
 -- Each statement is the CTE it replaces, over `ended` (the ids of the instances whose CAS
 -- held) where the CTE read the finish's `inst`. Returns whether a task was made due (a
 -- lock waiter's, or a parent's not held by a runner): the finish then notifies, and a
@@ -43,41 +80,20 @@ BEGIN
            'the instance ended before the signal was applied', by_worker
     FROM sig_end e WHERE e.kind = 'signal';
 
-    -- An instance that ends releases its locks and wakes their waiters, in the same commit.
+    -- An instance that ends releases its locks and wakes their next waiters, in the same
+    -- commit. The keys left free with somebody still queued: the ones released, and the
+    -- ones queued for and never taken (a woken waiter that ends without taking the lock
+    -- passes the wake-up on; see lock_release).
     WITH rel AS (
         DELETE FROM wf_locks l WHERE l.holder = ANY(ended) RETURNING l.key
-    ), freed AS (
-        -- The keys left free with somebody still queued: the ones released, and the ones
-        -- queued for and never taken (a woken waiter that ends without taking the lock
-        -- passes the wake-up on; see lock_release).
-        SELECT key FROM rel
-        UNION
-        SELECT w.key FROM wf_lock_waiters w
-        WHERE w.instance_id = ANY(ended)
-          AND NOT EXISTS (SELECT 1 FROM wf_locks l WHERE l.key = w.key)
-    ), woke AS (
-        -- The waiters' task rows are locked in id order (the sub-select's FOR UPDATE,
-        -- above its sort), not in the order the plan meets them: two finishes that wake
-        -- the same two instances (queued on two keys at once) then never hold one row
-        -- each while waiting for the other's (tests/integration/core/test_wake_lock_order.py).
-        UPDATE wf_tasks SET due_at = now()
-        WHERE lease_owner IS NULL
-          AND id IN (
-              SELECT t.id FROM wf_tasks t
-              WHERE t.lease_owner IS NULL
-                AND t.instance_id IN (
-                    SELECT DISTINCT ON (w.key) w.instance_id
-                    FROM wf_lock_waiters w JOIN freed ON freed.key = w.key
-                    -- None of the instances that end here.
-                    WHERE w.instance_id <> ALL (ended)
-                      AND EXISTS (SELECT 1 FROM wf_tasks o
-                                  WHERE o.instance_id = w.instance_id
-                                    AND o.lease_owner IS NULL)
-                    ORDER BY w.key, w.since, w.instance_id)
-              ORDER BY t.id FOR UPDATE)
-        RETURNING id
     )
-    SELECT EXISTS (SELECT 1 FROM woke) INTO woken;
+    SELECT swf_wake_next(ARRAY(
+               SELECT key FROM rel
+               UNION
+               SELECT w.key FROM wf_lock_waiters w
+               WHERE w.instance_id = ANY(ended)
+                 AND NOT EXISTS (SELECT 1 FROM wf_locks l WHERE l.key = w.key)), ended) > 0
+    INTO woken;
 
     -- A sub-workflow that ends makes its parent's waiting node task due. The row is
     -- matched whatever its lease (so a parent parking it right now is waited for, then

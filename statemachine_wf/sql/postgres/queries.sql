@@ -971,23 +971,12 @@ WITH rel AS (
     DELETE FROM wf_locks WHERE holder = %(id)s AND (%(key)s::text IS NULL OR key = %(key)s)
     RETURNING key
 ), woke AS (
-    -- Task rows locked in id order, as apply_finish's `woke` does, and for its reason.
-    UPDATE wf_tasks SET due_at = now()
-    WHERE lease_owner IS NULL
-      AND id IN (
-          SELECT t.id FROM wf_tasks t
-          WHERE t.lease_owner IS NULL
-            AND t.instance_id IN (
-                SELECT DISTINCT ON (w.key) w.instance_id
-                FROM wf_lock_waiters w JOIN rel ON rel.key = w.key
-                WHERE EXISTS (SELECT 1 FROM wf_tasks o
-                              WHERE o.instance_id = w.instance_id AND o.lease_owner IS NULL)
-                ORDER BY w.key, w.since, w.instance_id)
-          ORDER BY t.id FOR UPDATE)
-    RETURNING instance_id
+    -- The keys' next waiters, their task rows locked in id order (swf_wake_next, migration
+    -- 025, which an ending instance's swf_finish_rest calls too).
+    SELECT swf_wake_next(ARRAY(SELECT key FROM rel), '{}') AS n
 )
-SELECT (SELECT count(*) FROM rel) AS released, (SELECT count(*) FROM woke) AS woken,
-       CASE WHEN EXISTS (SELECT 1 FROM woke) THEN pg_notify(%(channel)s, 'lock') END;
+SELECT (SELECT count(*) FROM rel) AS released, (SELECT n FROM woke) AS woken,
+       CASE WHEN (SELECT n FROM woke) > 0 THEN pg_notify(%(channel)s, 'lock') END;
 
 -- name: lock_holder
 SELECT holder FROM wf_locks WHERE key = %(key)s;
