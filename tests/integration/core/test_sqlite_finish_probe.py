@@ -9,11 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from statemachine_wf import Status
-from statemachine_wf.core import decide
-from statemachine_wf.core.store import Commit
 from statemachine_wf.core.waits import NewSignal
 from statemachine_wf.stores.sqlite import SQLiteStore
-from tests.contract.helpers import started
+from tests.contract.helpers import cancelled, started
 
 # A fragment of each statement the probe guards, with no parameter in it (the trace
 # shows the statements with their parameters written in).
@@ -45,11 +43,8 @@ def _ran(seen: list[str]) -> set[str]:
 
 def _finish(store: SQLiteStore, instance_id: str) -> list[str]:
     """End the instance with a plain Finish; the statements its commit ran."""
-    rec = store.get(instance_id)
-    assert rec is not None
-    d = decide.cancel(rec.projection(in_flight=True), leased=False)
     with _traced(store) as seen:
-        store.apply(Commit(instance_id, rec.version, d, "w"))
+        cancelled(store, instance_id)
     after = store.get(instance_id)
     assert after is not None
     assert after.status == Status.CANCELLED
