@@ -295,6 +295,8 @@ class SQLiteConnections(SqlStore):
             conn = self._open()
             with wrap_errors():
                 conn.create_function("swf_live_note", 2, self._note, deterministic=False)
+                for statement, _, _ in _SCRIPTS["claim_scratch"]:  # the claim's TEMP table
+                    conn.execute(statement)
             with self._lock:  # two threads' first writes: one connection wins
                 if self._wconn is None:
                     self._wconn = conn

@@ -23,6 +23,9 @@ from ..errors import InvalidState, NotFound, PayloadTooLarge, StoreError
 from ._common import dumps, key_clash
 from ._sqliteconn import Q, SQLiteConnections
 
+_INSTANCE_AFTER = "swf_instance_after"
+"""The claim's column after which its instance's columns come."""
+
 
 class SQLiteStore(SQLiteConnections):
     """A :class:`~statemachine_wf.core.store.Store` on one SQLite file (its connections are
@@ -74,8 +77,16 @@ class SQLiteStore(SQLiteConnections):
         return DEFAULT_MAX_PAYLOAD_BYTES if row is None else int(row["value"])
 
     # -- DAG instances --------------------------------------------------------------------
-    def _claimed_instance(self, conn: sqlite3.Connection, row: sqlite3.Row) -> sqlite3.Row | None:
+    def _claimed_instance(
+        self, conn: sqlite3.Connection, row: sqlite3.Row
+    ) -> sqlite3.Row | dict[str, Any] | None:
         # Read as columns inside the claim's transaction (see SqlStore._claimed_instance).
+        # The claim's own result carries them, after its marker column (queries.sql,
+        # `claim`); a start's or a DAG claim's row is followed by a read.
+        names = row.keys()
+        if _INSTANCE_AFTER in names:
+            first = names.index(_INSTANCE_AFTER) + 1
+            return dict(zip(names[first:], row[first:], strict=True))
         return self._run(conn, "get_instance", {"id": row["instance_id"]}).fetchone()
 
     def _claimed_signals(self, conn: sqlite3.Connection, row: sqlite3.Row, instance: Any) -> Any:

@@ -215,26 +215,82 @@ SELECT * FROM wf_tasks WHERE instance_id = :id AND slot = :slot;
 -- name: events
 SELECT * FROM wf_events WHERE instance_id = :id AND seq > :after ORDER BY seq;
 
+-- name: claim_scratch
+-- Made once on the write connection (SQLiteConnections._writing), TEMP: this connection's
+-- own. Each row the claim inserts is taken by the trigger, in the insert's statement (five
+-- statements fewer a claim, each a call into SQLite that lets go of the interpreter lock;
+-- bench/README.md, "Session 59"): every picked instance's version is bumped - claim and
+-- intent in one commit, and an earlier holder of the task (its lease expired) loses its
+-- next CAS - and a fast one gets decide.start's projection and its STEP_STARTED (the
+-- contract tests pin both to the fold); a wait whose one due pending row is its own timer
+-- (`timer_id`) is fast too, its timer fired in the same commit (TIMER_FIRED's fold and
+-- event, before STEP_STARTED; the row applied: PostgreSQL's `prev`). Then the task is
+-- leased under the claim's token, fresh for every claim. No version check, unlike
+-- PostgreSQL's `bumped`: under the writer lock (BEGIN IMMEDIATE) nothing commits between
+-- the pick and the trigger. A state machine's instance has one task (slot ''): one row an
+-- instance. The trigger's statements name no schema (SQLite allows none in a trigger's
+-- writes); a TEMP trigger's names resolve to the main tables, temp holding none of them.
+CREATE TEMP TABLE IF NOT EXISTS swf_claim (task_id INTEGER PRIMARY KEY, instance_id TEXT,
+                                           node TEXT, fast INTEGER, next_attempt INTEGER,
+                                           timer_id INTEGER, wait_key TEXT, outcome TEXT,
+                                           worker TEXT, token TEXT, lease_until REAL,
+                                           now REAL);
+CREATE TEMP TRIGGER IF NOT EXISTS swf_claim_take AFTER INSERT ON swf_claim
+BEGIN
+    UPDATE wf_instances
+    SET version = version + 1, updated_at = NEW.now,
+        status = CASE WHEN NEW.fast THEN 'RUNNING' ELSE status END,
+        step = CASE WHEN NEW.fast THEN NEW.node ELSE step END,
+        step_attempts = CASE WHEN NEW.fast THEN NEW.next_attempt ELSE step_attempts END,
+        attempts = CASE WHEN NEW.fast
+                        THEN json_set(attempts, '$."' || NEW.node || '"', NEW.next_attempt)
+                        ELSE attempts END,
+        waits = CASE WHEN NEW.timer_id IS NOT NULL
+                     THEN json_set(waits, '$."' || NEW.wait_key || '"',
+                                   json_patch(coalesce(json_extract(waits, '$."' || NEW.wait_key || '"'),
+                                                       '{}'),
+                                              json_object('outcome', NEW.outcome)))
+                     ELSE waits END,
+        waiting_key = CASE WHEN NEW.fast THEN NULL ELSE waiting_key END,
+        waiting_kind = CASE WHEN NEW.fast THEN NULL ELSE waiting_kind END,
+        waiting_token = CASE WHEN NEW.fast THEN NULL ELSE waiting_token END,
+        waiting_until = CASE WHEN NEW.fast THEN NULL ELSE waiting_until END
+    WHERE id = NEW.instance_id;
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker, created_at)
+    SELECT NEW.instance_id, NEW.node, 'TIMER_FIRED', NEW.next_attempt - 1,
+           json_object('wait', NEW.wait_key, 'outcome', NEW.outcome, 'signal', NEW.timer_id),
+           NEW.worker, NEW.now
+    WHERE NEW.timer_id IS NOT NULL;
+    INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker, created_at)
+    SELECT NEW.instance_id, NEW.node, 'STEP_STARTED', NEW.next_attempt, '{}', NEW.worker,
+           NEW.now
+    WHERE NEW.fast;
+    UPDATE wf_signals SET state = 'applied', settled_at = NEW.now
+    WHERE NEW.timer_id IS NOT NULL AND id = NEW.timer_id AND state = 'pending';
+    UPDATE wf_tasks
+    SET lease_owner = NEW.worker, lease_token = NEW.token, due_at = NEW.lease_until,
+        attempt = CASE WHEN NEW.fast THEN NEW.next_attempt ELSE attempt END,
+        in_flight = in_flight OR NEW.fast,
+        -- As decide.moved_on's Continue after a delivered wait: no failures carried on.
+        failures = CASE WHEN NEW.timer_id IS NOT NULL THEN 0 ELSE failures END
+    WHERE id = NEW.task_id;
+END;
+
 -- name: claim
 -- A script (one transaction), as PostgreSQL's statement of the same name: lease and intent
 -- in one commit. The due state-machine tasks of :types (a JSON array), :limit of them, are
--- picked into this connection's scratch table with whether each starts at once (`fast`:
--- the rule of PostgreSQL's claim, `prev`; an unreadable `attempts` is not fast, and the
--- claim then quarantines the row) and its next attempt. Every picked instance's version is
--- bumped - claim and intent in one commit, and an earlier holder of the task (its lease
--- expired) loses its next CAS - and a fast one gets decide.start's projection and its
--- STEP_STARTED (the contract tests pin both to the fold); a wait whose one due pending row
--- is its own timer (`timer_id`) is fast too, its timer fired in the same commit
--- (TIMER_FIRED's fold and event, the row applied: PostgreSQL's `prev`). Then the tasks are
--- leased under :token, fresh for every claim, and returned with whether they were started.
-CREATE TEMP TABLE IF NOT EXISTS swf_claim (task_id INTEGER PRIMARY KEY, instance_id TEXT,
-                                           node TEXT, fast INTEGER, next_attempt INTEGER,
-                                           timer_id INTEGER, wait_key TEXT, outcome TEXT);
+-- picked into this connection's scratch table (claim_scratch) with whether each starts at
+-- once (`fast`: the rule of PostgreSQL's claim, `prev`; an unreadable `attempts` is not
+-- fast, and the claim then quarantines the row) and its next attempt; the table's trigger
+-- then takes each row as it is inserted: the version bumped, the step started, a timer
+-- fired, the task leased (see claim_scratch). Three statements a claim: the scratch table
+-- emptied, filled, and read back with each task's instance as the claim left it.
 DELETE FROM temp.swf_claim;
-INSERT INTO temp.swf_claim
+INSERT INTO temp.swf_claim (task_id, instance_id, node, fast, next_attempt, timer_id, wait_key,
+                            outcome, worker, token, lease_until, now)
 SELECT task_id, instance_id, node, fast,
        CASE WHEN fast THEN coalesce(json_extract(attempts, '$."' || node || '"'), 0) + 1 END,
-       CASE WHEN fast THEN timer_id END, wait_key, outcome
+       CASE WHEN fast THEN timer_id END, wait_key, outcome, :worker, :token, :now + :lease, :now
 FROM (SELECT *, (base AND (wait_key IS NULL OR timer_id IS NOT NULL)) AS fast
 FROM (SELECT t.id AS task_id, t.instance_id, t.node, i.attempts,
              (i.kind = 'machine' AND NOT t.in_flight AND NOT i.cancel_requested
@@ -280,48 +336,6 @@ FROM (SELECT t.id AS task_id, t.instance_id, t.node, i.attempts,
                                       ORDER BY t2.priority, t2.due_at LIMIT :limit))
                      GROUP BY id ORDER BY min(rank), min(priority), min(due_at)
                      LIMIT :limit)));
--- No version check, unlike PostgreSQL's `bumped`: under the writer lock (BEGIN
--- IMMEDIATE) nothing commits between the pick above and this update.
-UPDATE wf_instances AS i
-SET version = i.version + 1, updated_at = :now,
-    status = CASE WHEN c.fast THEN 'RUNNING' ELSE i.status END,
-    step = CASE WHEN c.fast THEN c.node ELSE i.step END,
-    step_attempts = CASE WHEN c.fast THEN c.next_attempt ELSE i.step_attempts END,
-    attempts = CASE WHEN c.fast THEN json_set(i.attempts, '$."' || c.node || '"', c.next_attempt)
-                    ELSE i.attempts END,
-    waits = CASE WHEN c.timer_id IS NOT NULL
-                 THEN json_set(i.waits, '$."' || c.wait_key || '"',
-                               json_patch(coalesce(json_extract(i.waits, '$."' || c.wait_key || '"'),
-                                                   '{}'),
-                                          json_object('outcome', c.outcome)))
-                 ELSE i.waits END,
-    waiting_key = CASE WHEN c.fast THEN NULL ELSE i.waiting_key END,
-    waiting_kind = CASE WHEN c.fast THEN NULL ELSE i.waiting_kind END,
-    waiting_token = CASE WHEN c.fast THEN NULL ELSE i.waiting_token END,
-    waiting_until = CASE WHEN c.fast THEN NULL ELSE i.waiting_until END
-FROM temp.swf_claim AS c WHERE i.id = c.instance_id;
-INSERT INTO wf_events (instance_id, node, event_type, attempt, payload, worker, created_at)
-SELECT instance_id, node, event_type, attempt, payload, :worker, :now
-FROM (SELECT task_id, 0 AS ord, instance_id, node, 'TIMER_FIRED' AS event_type,
-             next_attempt - 1 AS attempt,
-             json_object('wait', wait_key, 'outcome', outcome, 'signal', timer_id) AS payload
-      FROM temp.swf_claim WHERE timer_id IS NOT NULL
-      UNION ALL
-      SELECT task_id, 1, instance_id, node, 'STEP_STARTED', next_attempt, '{}'
-      FROM temp.swf_claim WHERE fast)
-ORDER BY task_id, ord;
-UPDATE wf_signals SET state = 'applied', settled_at = :now
-WHERE id IN (SELECT timer_id FROM temp.swf_claim WHERE timer_id IS NOT NULL)
-  AND state = 'pending';
-UPDATE wf_tasks AS t
-SET lease_owner = :worker, lease_token = :token, due_at = :now + :lease,
-    attempt = CASE WHEN c.fast THEN c.next_attempt ELSE t.attempt END,
-    in_flight = t.in_flight OR c.fast,
-    -- As decide.moved_on's Continue after a delivered wait: no failures carried on.
-    failures = CASE WHEN c.timer_id IS NOT NULL THEN 0 ELSE t.failures END
-FROM temp.swf_claim AS c
--- By rowid from the few picked: joined on t.id alone the planner walked all of wf_tasks.
-WHERE t.id = c.task_id AND t.id IN (SELECT task_id FROM temp.swf_claim);
 -- more: whether another task of the types is still due (the picked ones are leased by
 -- now): the runner wakes one more worker only then. Per type off (type, due_at), the
 -- first due row: never a walk of the type's leased or parked tasks.
@@ -329,8 +343,12 @@ SELECT t.*, 1 AS leased, c.fast AS started, c.timer_id AS fired,
        EXISTS (SELECT 1 FROM json_each(:types) AS j
                WHERE EXISTS (SELECT 1 FROM wf_tasks AS m INDEXED BY wf_tasks_type_due
                              WHERE m.type = j.value AND m.due_at <= :now
-                               AND m.kind = 'machine')) AS more
+                               AND m.kind = 'machine')) AS more,
+       -- The instance, as the claim left it: its columns after the marker
+       -- (SQLiteStore._claimed_instance), so the claim needs no read of it.
+       NULL AS swf_instance_after, i.*
 FROM temp.swf_claim c CROSS JOIN wf_tasks t ON t.id = c.task_id  -- the picked rows outside
+JOIN wf_instances i ON i.id = t.instance_id
 ORDER BY t.priority, t.due_at;
 
 -- name: claim_instance_lock

@@ -49,8 +49,12 @@ def published(store: SQLiteStore) -> list[tuple[str, int | None]]:
 
 
 def temp_triggers(store: SQLiteStore) -> list[str]:
+    """The write connection's TEMP triggers but the claim's own (made with it)."""
     with store._write() as conn:
-        rows = conn.execute("SELECT name FROM sqlite_temp_master WHERE type = 'trigger'")
+        rows = conn.execute(
+            "SELECT name FROM sqlite_temp_master WHERE type = 'trigger'"
+            " AND name <> 'swf_claim_take'"
+        )
         return [r[0] for r in rows.fetchall()]
 
 

@@ -226,7 +226,8 @@ def test_sqlite_claim_walks_one_types_index_and_never_the_table(tmp_path: Any) -
         "now": time.time(), "types": json.dumps(["mine.v1"]), "limit": 2, "worker": "w",
         "token": "t", "lease": 60.0,
     }  # fmt: skip
-    conn.execute(_SCRIPTS["claim"][0][0])  # its scratch table
+    for statement, _guard, _sets in _SCRIPTS["claim_scratch"]:  # its scratch table
+        conn.execute(statement)
     for name in ("claim", "dag_claim"):
         for statement, _guard, _sets in _SCRIPTS[name]:
             if statement.lstrip().upper().startswith(("CREATE", "DELETE FROM TEMP")):
