@@ -74,12 +74,13 @@ class SqlStore(DagCommits):
             version=commit.version,
             worker=commit.worker,
             lease=commit.lease,
-            # SQLite skips its status statement when the decision keeps the status the
-            # commit says it was made on (Commit.status).
-            status_moves=commit.status != decision.state.status,
+            # SQLite skips its status statement when the commit knows the status it was
+            # made on (Commit.status): kept, or moved by the head (_head).
+            status_moves=commit.status is None,
             events=self._encode(event_dicts(decision)),
         )
-        names = ["apply_head", "append_events"]
+        moves = commit.status is not None and commit.status != decision.state.status
+        names = [self._head(moves), "append_events"]
         if decision.dead_letter is not None:
             names.append("apply_dead_letter")
             params["dead_letter"] = decision.dead_letter
@@ -108,6 +109,11 @@ class SqlStore(DagCommits):
         else:
             assert_never(op)
         return names, params
+
+    def _head(self, moves: bool) -> str:
+        """The CAS's query of a decision: ``apply_head``, which sets the status too
+        (SQLite: apart, when the commit does not know it moves; ``moves``, it does)."""
+        return "apply_head"
 
     def apply(self, commit: Commit) -> int:
         return self._apply(commit, None)[0]

@@ -77,6 +77,9 @@ class SQLiteStore(SQLiteConnections):
         return DEFAULT_MAX_PAYLOAD_BYTES if row is None else int(row["value"])
 
     # -- DAG instances --------------------------------------------------------------------
+    def _head(self, moves: bool) -> str:
+        return "apply_head_moved" if moves else "apply_head"  # see queries.sql
+
     def _claimed_instance(
         self, conn: sqlite3.Connection, row: sqlite3.Row
     ) -> sqlite3.Row | dict[str, Any] | None:

@@ -67,9 +67,21 @@ WHERE id = :id AND version = :version;
 -- wf_instances_finished), whether or not its value changes, and most decisions keep it
 -- (bench/README.md, "SQLite: the status written only when it changes"). Not run at all
 -- when the commit knows the status it was decided on and the decision keeps it
--- (Commit.status; the CAS above makes that the row's status).
+-- (Commit.status; the CAS above makes that the row's status), nor when it knows the status
+-- moves: then the head is apply_head_moved, which sets it with the rest.
 -- only when :status_moves
 UPDATE wf_instances SET status = :status WHERE :status_moves AND id = :id AND status <> :status;
+
+-- name: apply_head_moved
+-- apply_head for a commit that knows its decision moves the status (Commit.status): one
+-- statement, where apply_head's head and its status would be two.
+UPDATE wf_instances
+SET step = :step, step_attempts = :step_attempts, attempts = :attempts,
+    progress = :progress, error = :error, cancel_requested = :cancel_requested,
+    waits = :waits, waiting_key = :waiting_key, waiting_kind = :waiting_kind,
+    waiting_token = :waiting_token, waiting_until = :waiting_until,
+    version = version + 1, updated_at = :now, status = :status
+WHERE id = :id AND version = :version;
 
 -- name: append_events
 -- The events (:events, a JSON array), in order. A duplicate once-per-attempt event hits the

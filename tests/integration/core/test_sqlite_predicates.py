@@ -68,6 +68,7 @@ def _statement(query: str, marker: str) -> str:
     [
         ("append_events", "INSERT INTO wf_events"),  # every event of a step
         ("apply_head", "SET status = :status"),  # the status, when it moves
+        ("apply_head_moved", "status = :status"),  # with the head, when known to move
         ("apply_finish", "parent_node"),  # a sub-workflow's parent woken
         ("create", "INSERT INTO wf_instances"),  # a start's instance
         ("create", "INSERT INTO wf_events"),  # and its WORKFLOW_CREATED
