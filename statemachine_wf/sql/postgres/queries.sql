@@ -681,11 +681,6 @@ WITH done AS (
     FROM started s JOIN bumped b ON b.id = s.instance_id
     WHERE b.watched
     GROUP BY s.instance_id
-), fired AS (
-    UPDATE wf_signals s SET state = 'applied', settled_at = now()
-    FROM bumped b
-    WHERE s.id = b.fired AND s.instance_id = b.id AND s.state = 'pending'
-    RETURNING s.*
 ), claimed AS (
     UPDATE wf_tasks t
     SET lease_owner = %(worker)s,
@@ -704,7 +699,7 @@ WITH done AS (
 -- the row it applied (the runner's timer-lateness metric).
 SELECT c.*, true AS leased, to_jsonb(b) AS instance,
        CASE WHEN b.fired IS NOT NULL THEN
-           (SELECT jsonb_agg(to_jsonb(f)) FROM fired f WHERE f.instance_id = c.instance_id)
+           swf_fire_timer(b.fired, c.instance_id)  -- the row applied (migration 026)
             WHEN b.waiting_key IS NOT NULL AND NOT b.fast THEN
            (SELECT coalesce(jsonb_agg(to_jsonb(s) ORDER BY s.due_at, s.id), '[]'::jsonb)
             FROM wf_signals s
