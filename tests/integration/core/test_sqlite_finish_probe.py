@@ -5,13 +5,11 @@ none of it, and runs them when it finds some (queries.sql, apply_finish's ``-- s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from statemachine_wf import Status
 from statemachine_wf.core.waits import NewSignal
 from statemachine_wf.stores.sqlite import SQLiteStore
 from tests.contract.helpers import cancelled, started
+from tests.integration.core.sqlite_trace import traced
 
 # A fragment of each statement the probe guards, with no parameter in it (the trace
 # shows the statements with their parameters written in).
@@ -25,25 +23,13 @@ GUARDED = {
 PROBE = "AND parent_id IS NOT NULL"
 
 
-@contextmanager
-def _traced(store: SQLiteStore) -> Iterator[list[str]]:
-    """The statements the store's write connection runs meanwhile."""
-    seen: list[str] = []
-    conn = store._writing()
-    conn.set_trace_callback(seen.append)
-    try:
-        yield seen
-    finally:
-        conn.set_trace_callback(None)
-
-
 def _ran(seen: list[str]) -> set[str]:
     return {name for name, fragment in GUARDED.items() if any(fragment in s for s in seen)}
 
 
 def _finish(store: SQLiteStore, instance_id: str) -> list[str]:
     """End the instance with a plain Finish; the statements its commit ran."""
-    with _traced(store) as seen:
+    with traced(store) as seen:
         cancelled(store, instance_id)
     after = store.get(instance_id)
     assert after is not None

@@ -16,19 +16,15 @@ from statemachine_wf.core import decide
 from statemachine_wf.core.records import Commit
 from statemachine_wf.stores.sqlite import SQLiteStore
 from tests.contract.helpers import started
+from tests.integration.core.sqlite_trace import traced
 from tests.integration.core.test_store_contract import new
 
 
 @contextmanager
 def _instance_updates(store: SQLiteStore) -> Iterator[list[str]]:
     """The UPDATEs of wf_instances the store's write connection runs meanwhile."""
-    seen: list[str] = []
-    conn = store._writing()
-    conn.set_trace_callback(seen.append)
-    try:
+    with traced(store) as seen:
         yield seen
-    finally:
-        conn.set_trace_callback(None)
     seen[:] = [s for s in seen if s.lstrip().startswith("UPDATE wf_instances")]
 
 
