@@ -74,9 +74,10 @@ class SqlStore(DagCommits):
             version=commit.version,
             worker=commit.worker,
             lease=commit.lease,
-            # SQLite skips its status statement when the commit knows the status it was
-            # made on (Commit.status): kept, or moved by the head (_head).
-            status_moves=commit.status is None,
+            # SQLite's status statement runs only when the commit does not know the status
+            # it was made on (Commit.status); when it does, the status is kept, or moved by
+            # the head (_head).
+            status_unknown=commit.status is None,
             events=self._encode(event_dicts(decision)),
         )
         moves = commit.status is not None and commit.status != decision.state.status

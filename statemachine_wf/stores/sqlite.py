@@ -34,6 +34,10 @@ class SQLiteStore(SQLiteConnections):
     dialect = "sqlite"
     json_decoded = False  # JSON columns are TEXT: decoded by the records
 
+    # -- decisions ------------------------------------------------------------------------
+    def _head(self, moves: bool) -> str:
+        return "apply_head_moved" if moves else "apply_head"  # see queries.sql
+
     # -- producers --------------------------------------------------------------------
     def _create_batch(self, news: Sequence[NewInstance]) -> list[tuple[str, bool]]:
         self._starts += 1
@@ -77,9 +81,6 @@ class SQLiteStore(SQLiteConnections):
         return DEFAULT_MAX_PAYLOAD_BYTES if row is None else int(row["value"])
 
     # -- DAG instances --------------------------------------------------------------------
-    def _head(self, moves: bool) -> str:
-        return "apply_head_moved" if moves else "apply_head"  # see queries.sql
-
     def _claimed_instance(
         self, conn: sqlite3.Connection, row: sqlite3.Row
     ) -> sqlite3.Row | dict[str, Any] | None:

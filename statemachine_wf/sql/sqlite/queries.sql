@@ -69,8 +69,8 @@ WHERE id = :id AND version = :version;
 -- when the commit knows the status it was decided on and the decision keeps it
 -- (Commit.status; the CAS above makes that the row's status), nor when it knows the status
 -- moves: then the head is apply_head_moved, which sets it with the rest.
--- only when :status_moves
-UPDATE wf_instances SET status = :status WHERE :status_moves AND id = :id AND status <> :status;
+-- only when :status_unknown
+UPDATE wf_instances SET status = :status WHERE :status_unknown AND id = :id AND status <> :status;
 
 -- name: apply_head_moved
 -- apply_head for a commit that knows its decision moves the status (Commit.status): one

@@ -67,7 +67,7 @@ def test_the_dag_commit_and_the_timer_are_guarded() -> None:
         ("dag_tail", "sib_token"),
         ("dag_tail", "n_dispatch"),
         ("apply_signals", "timer_token"),
-        ("apply_head", "status_moves"),
+        ("apply_head", "status_unknown"),
         ("apply_finish", "ends_rest"),
     } <= guards
 
