@@ -5,8 +5,9 @@ makes one waiter's task due per key: an UPDATE of several ``wf_tasks`` rows, eac
 turn. Locked in whatever order the plan scans them, two such statements could each hold a
 row the other waits for (an instance queued on two keys at once, released by two
 holders): the server then aborts one of them after ``deadlock_timeout``. A group of ending
-children wakes their parents' node tasks the same way, in the order of its batch. They
-all lock the rows in the order of their id first now.
+children wakes their parents' node tasks the same way, in the order of its batch, and
+``wake_instances`` the tasks of the instances it names. They all lock the rows in the order
+of their id first now.
 
 The test holds the lower row, lets the statement run into it, and then asks for the
 higher row without waiting: in id order the statement has not touched it yet. The higher
@@ -157,4 +158,25 @@ def test_a_group_of_ending_children_locks_their_parents_task_rows_in_id_order(
 
     free = _run_into_held_row(pg_dsn, pg_schema, low, high, finish)
     assert free, "the group locked the higher parent's task row before the lower one"
+    assert _woken(pg_dsn, pg_schema, (low, high))
+
+
+def test_waking_several_instances_locks_their_task_rows_in_id_order(
+    pg_store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    # wake_instances (a back-off or a snooze over, several instances named at once) updates
+    # their task rows in one statement, as a release does. Among fifty other parked tasks,
+    # with statistics, the plan finds the named rows by the instance id's index, so it meets
+    # the higher row (the lower instance id) first; on two rows alone it scans the table,
+    # and the unordered statement happened to meet the lower row first (checked both ways).
+    low, high = _parked(pg_store, "ffffffff"), _parked(pg_store, "00000000")
+    for _ in range(50):
+        _parked(pg_store, "88888888")
+    with connect(pg_dsn, pg_schema) as conn:
+        conn.execute("ANALYZE wf_tasks")
+        conn.commit()
+    free = _run_into_held_row(
+        pg_dsn, pg_schema, low, high, lambda: pg_store.wake_instances([high, low])
+    )
+    assert free, "the wake locked the higher task row before the lower one"
     assert _woken(pg_dsn, pg_schema, (low, high))
