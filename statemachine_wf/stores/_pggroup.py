@@ -1,14 +1,15 @@
 """PostgreSQL group commit: decisions that a runner's threads commit at the same moment,
 sent as one statement (docs/architecture.md, "Group commit on PostgreSQL").
 
-Two kinds are grouped, each by its own :class:`~._group.Group`: a step that moves on or
-saves its progress (a plain Continue or KeepTask: :data:`CONTINUES`), and an instance's
+Three kinds are grouped, each by its own :class:`~._group.Group`: a step that moves on
+or saves its progress (a plain Continue or KeepTask: :data:`CONTINUES`), an instance's
 end with the claim of its worker's next task (a plain Finish, one claim a finish:
-:data:`FINISHES` and the claim). Every other decision goes alone, as before (DAG commits
-were tried and not kept: bench/README.md, "Session 31"). Each decision keeps its own CAS
-and its own outcome; a statement that fails having written nothing (a duplicate event, a
-value the server refuses) is followed by each decision alone, so that only the one at
-fault fails.
+:data:`FINISHES` and the claim), and a plain DAG node commit (no vouched head, dead
+letter, retry, sibling or same-instance group: :data:`DAG_COMMITS`; a chain's node and
+the node it hands to its worker). Every other decision goes alone, as before. Each
+decision keeps its own CAS and its own outcome; a statement that fails having written
+nothing (a duplicate event, a value the server refuses, a dispatched node whose task is
+still open) is followed by each decision alone, so that only the one at fault fails.
 """
 
 from __future__ import annotations
@@ -16,16 +17,17 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
 from ..core.decide import Continue, Decision, Finish, KeepTask
-from ..core.store import Commit
+from ..core.store import Commit, DagCommit
 from ..definition.limits import MAX_STORED_DEPTH, checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, StoreError, StoreUnavailable
 from ._base import Row
-from ._common import dumps, event_dicts, projection_params
+from ._common import dag_wakes, dumps, event_dicts, projection_params
 from ._group import Group
 from ._pgconn import PgConnections, _joined, _then_claim, execute
 
@@ -41,6 +43,9 @@ CONTINUES = ("group_head", "group_events", "group_live", "group_continue")
 FINISHES = ("group_head", "group_events", "group_live", "apply_finish")
 """Of several finishes, whose tail is a lone finish's (it reads ``inst`` as a set); the
 claim's CTEs follow them (``_pgconn._then_claim``)."""
+
+DAG_COMMITS = ("dag_group_head", "group_events", "group_live", "dag_group_tail")
+"""Of several plain DAG node commits, each on its own instance (queries.sql)."""
 
 Finished = tuple[int, list[tuple[Row, Any, Any]] | None]
 """A finish's outcome: its new version, and its claim's rows (None: the statement made a
@@ -67,6 +72,15 @@ class _Item:
     claim: _ClaimFor | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _DagItem:
+    commit: DagCommit
+    text: str
+    """The commit as one element of ``dag_group_head``'s batch (:func:`_dag_batch_item`)."""
+    alone: Callable[[], Row]
+    """Sends the commit alone (``DagCommits._dag_apply``)."""
+
+
 class PgGrouped(PgConnections):
     """:class:`PgConnections` whose plain Continues and Finishes go in shared statements."""
 
@@ -86,9 +100,11 @@ class PgGrouped(PgConnections):
         self._group_min = group_min
         self._continues: Group[_Item, int] | None = None
         self._finishes: Group[_Item, Finished] | None = None
+        self._dag_commits: Group[_DagItem, Row] | None = None
         if group_min:
             self._continues = Group(self._send_continues, most=GROUP_MOST, interrupted=_unknown)
             self._finishes = Group(self._send_finishes, most=GROUP_MOST, interrupted=_unknown)
+            self._dag_commits = Group(self._send_dag_commits, most=GROUP_MOST, interrupted=_unknown)
 
     # -- the decisions that are grouped ---------------------------------------------------
     def apply(self, commit: Commit) -> int:
@@ -105,6 +121,19 @@ class PgGrouped(PgConnections):
             return super()._finish_claiming(commit, types, lease, incarnation)
         item = self._finish_item(commit, types, lease, incarnation)
         return self._finishes.submit(commit.instance_id, item)
+
+    def _dag_apply(self, commit: DagCommit, params: dict[str, Any]) -> Row:
+        # A plain node commit (a chain's, with the node it hands to its worker): the
+        # commits of this runner's workers on other instances at the same moment share
+        # its statement. Its values were encoded and checked into ``params`` already.
+        if self._dag_commits is None or not _dag_groupable(commit, params):
+            return super()._dag_apply(commit, params)
+        alone = partial(super()._dag_apply, commit, params)
+        item = _DagItem(commit, _dag_batch_item(commit, params), alone)
+        row = self._dag_commits.submit(commit.instance_id, item)
+        if dag_wakes(commit.decision):
+            self._made_due()
+        return row
 
     # Each item is encoded on its decision's own thread: a value no store keeps is that
     # decision's DataRejected, raised there, never its batch's.
@@ -176,12 +205,27 @@ class PgGrouped(PgConnections):
         extra["settled"] = "[]"
         return self._send(items, _then_claim(FINISHES), extra, finished)
 
+    def _send_dag_commits(self, items: Sequence[_DagItem]) -> list[Row | BaseException]:
+        def committed(rows: list[Row]) -> list[Row | BaseException]:
+            # No row: its CAS (as a lone commit's, which reads nothing back either).
+            by_id = {str(row["id"]): row for row in rows}
+            return [
+                by_id.get(i.commit.instance_id)
+                or ConcurrencyConflict(i.commit.instance_id, i.commit.version)
+                for i in items
+            ]
+
+        extra = {"sticky": self.dag_sticky}
+        # On the connections a lone DAG commit takes (dag_connections, when set).
+        return self._send(items, _joined(DAG_COMMITS), extra, committed, self._lone_commit)
+
     def _send(
         self,
-        items: Sequence[_Item],
+        items: Sequence[_Item | _DagItem],
         text: str,
         extra: dict[str, Any],
         outcomes: Callable[[list[Row]], list[R | BaseException]],
+        connection: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> list[R | BaseException]:
         """The items as one statement ``text``, its rows read by ``outcomes``; each alone
         below ``group_min``, or when the statement failed having written nothing."""
@@ -193,7 +237,7 @@ class PgGrouped(PgConnections):
             ids=[item.commit.instance_id for item in items],
         )
         try:
-            with self._statement() as conn:
+            with (connection or self._statement)() as conn:
                 rows = list(execute(conn, text, params).fetchall())
         except (ConcurrencyConflict, DataRejected):
             # A decision's duplicate event (a lost race) or a value the server refused:
@@ -277,13 +321,44 @@ def _batch_item_by_value(commit: Commit) -> str:
     return f'{head[:-1]}{values},"events":{dumps(event_dicts(decision))}}}'
 
 
+def _dag_groupable(commit: DagCommit, params: dict[str, Any]) -> bool:
+    """A DAG commit whose lone statement is dag_head, append_events, dag_tasks,
+    dag_takes_none and dag_end: what ``dag_group_head`` and ``dag_group_tail`` write."""
+    d = commit.decision
+    return (
+        not commit.blockers
+        and d.dead_letter is None
+        and d.retry is None
+        and not d.also_done
+        and params["sib_token"] is None
+    )
+
+
+def _dag_batch_item(commit: DagCommit, params: dict[str, Any]) -> str:
+    """One element of ``dag_group_head``'s batch: the commit's parameters as a JSON object,
+    its JSON values the texts ``params`` already holds (encoded and checked once)."""
+    scalars = {k: params[k] for k in _DAG_SCALARS}
+    head = json.dumps(scalars, separators=(",", ":"))
+    values = "".join(f',"{k}":{_json_text(params[k])}' for k in _DAG_JSON)
+    return f"{head[:-1]}{values}}}"
+
+
+_DAG_SCALARS = ("id", "version", "status", "worker", "finish", "done", "token", "lease", "keep")
+_DAG_JSON = ("progress", "error", "events", "dispatch")
+
+
+def _json_text(value: Any) -> str:
+    """A jsonb parameter's text (``_pgconn._jsonb``), or null."""
+    return "null" if value is None else str(value.dumps(value.obj))
+
+
 def _claim_of(item: _Item) -> _ClaimFor:
     if item.claim is None:
         raise TypeError("a grouped finish carries the claim it makes")
     return item.claim
 
 
-def _alone(item: _Item) -> Any:
+def _alone(item: _Item | _DagItem) -> Any:
     """The item sent alone: its outcome, or the exception it raised."""
     try:
         return item.alone()

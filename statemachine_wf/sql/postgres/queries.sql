@@ -1292,6 +1292,72 @@ SELECT version,
        (SELECT count(*) FROM dag_live) AS live
 FROM inst;
 
+-- name: dag_group_head
+-- Several DAG node commits of this runner's workers, on several instances, in one
+-- statement (stores/_pggroup.py; docs/architecture.md, "Group commit on PostgreSQL"): the
+-- plain ones only, each what dag_head, append_events, dag_tasks, dag_takes_none and
+-- dag_end write for it alone (no vouched head, no dead letter, no retry, no sibling, no
+-- group of its own instance's completions). Each keeps its own CAS: a commit whose version
+-- moved matches no row in `inst`, and nothing of it is written. Followed by group_events,
+-- group_live and dag_group_tail.
+WITH b AS (
+    SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS b (
+        id uuid, version integer, status text, progress jsonb, error jsonb, events jsonb,
+        worker text, finish boolean, done text, dispatch jsonb, token text, lease float8,
+        keep integer)
+), inst AS (
+    UPDATE wf_instances i
+    SET status = coalesce(b.status, i.status), progress = coalesce(b.progress, i.progress),
+        error = coalesce(b.error, i.error), version = i.version + 1, updated_at = now()
+    FROM b
+    -- `ids`: down the primary key (see group_head).
+    WHERE i.id = ANY(%(ids)s::uuid[]) AND i.id = b.id AND i.version = b.version
+    RETURNING i.id, i.version, i.type, i.priority, i.watched, b.events, b.worker, b.finish,
+              b.done, b.dispatch, b.token, b.lease, b.keep
+)
+
+-- name: dag_group_tail
+-- dag_tasks and dag_end for each row of `inst`, with its own parameters (dag_sticky is
+-- the store's: %(sticky)s).
+, gone AS (
+    DELETE FROM wf_tasks t USING inst
+    WHERE t.instance_id = inst.id AND (inst.finish OR t.slot = inst.done)
+      AND t.instance_id = ANY(ARRAY(SELECT id FROM inst))
+), added AS (
+    -- No ON CONFLICT (see dag_tasks): a dispatched node whose task is still open fails
+    -- the statement, and the store then sends each commit alone.
+    INSERT INTO wf_tasks (instance_id, slot, node, kind, type, priority, due_at, attempt,
+                          lease_owner, lease_token, in_flight, sticky_to, sticky_until)
+    SELECT inst.id, d.node, d.node, 'dag', inst.type, inst.priority,
+           now() + CASE WHEN inst.token IS NULL THEN d.delay ELSE inst.lease END
+                   * interval '1 second',
+           d.attempt + (inst.token IS NOT NULL)::int,
+           CASE WHEN inst.token IS NOT NULL THEN inst.worker END, inst.token,
+           inst.token IS NOT NULL,
+           CASE WHEN d.kept THEN inst.worker END,
+           CASE WHEN d.kept THEN now() + (d.delay + %(sticky)s) * interval '1 second' END
+    FROM inst, LATERAL (
+        SELECT r.*, inst.token IS NULL AND %(sticky)s > 0
+                    AND (inst.keep IS NULL OR r.i <= inst.keep) AS kept
+        FROM ROWS FROM (jsonb_to_recordset(inst.dispatch)
+                        AS (node text, delay float8, attempt int))
+             WITH ORDINALITY AS r (node, delay, attempt, i)
+    ) AS d
+    RETURNING *
+)
+-- dag_end's notification rule and read-back, a row a commit whose CAS held.
+SELECT inst.id, inst.version,
+       CASE WHEN (SELECT count(*) FROM added a WHERE a.instance_id = inst.id) > 1
+                 OR EXISTS (SELECT 1 FROM added a WHERE a.instance_id = inst.id
+                            AND a.due_at > now() AND a.lease_token IS NULL)
+            THEN pg_notify(%(channel)s, inst.type) END AS notified,
+       (SELECT to_jsonb(a) FROM added a
+        WHERE a.instance_id = inst.id AND a.lease_token IS NOT NULL) AS taken,
+       (SELECT coalesce(jsonb_agg(ev.seq ORDER BY ev.seq), '[]') FROM ev
+        WHERE ev.instance_id = inst.id) AS seqs,
+       (SELECT count(*) FROM live) AS live
+FROM inst;
+
 -- name: dag_unkeep
 -- The tasks of an instance that %(worker)s's commits keep to it (dag_sticky) and nobody
 -- holds, past the first %(keep)s by dispatch: any runner's at once, and the runners
