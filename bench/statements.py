@@ -102,6 +102,7 @@ class _Counted:
         names = {
             group._joined(group.CONTINUES): "group: continues",
             group._then_claim(group.FINISHES): "group: finishes+claim",
+            group._joined(group.DAG_COMMITS): "group: DAG node commits",
         }
         execute = getattr(group.execute, "__wrapped__", group.execute)
 

@@ -1,7 +1,8 @@
 """The contract suite runs three stores: SQLite, PostgreSQL, and PostgreSQL with every
-Continue decision sent through the group-commit statement (``group_min=1``: a lone one
-too, so each test's continues take ``apply_continues`` instead of ``apply_head`` and its
-pieces; docs/architecture.md, "Group commit on PostgreSQL").
+grouped kind of decision sent through its group-commit statement (``group_min=1``: a lone
+one too, so each test's plain Continues, finishes and their claims, and plain DAG node
+commits take the shared statements instead of their own; docs/architecture.md, "Group
+commit on PostgreSQL").
 
 PostgreSQL's ``dag_sticky`` is off here: the contract is what any runner's claim may take,
 as on SQLite, and several tests race two runners on one instance's dispatched tasks, which
