@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--n", type=int, default=1000)
     prof.add_argument("--concurrency", type=int, default=0, help="default: 8")
     prof.add_argument("--top", type=int, default=30)
-    prof.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
+    prof.add_argument("--sort", default="tottime", choices=("tottime", "cumulative", "ncalls"))
     prof.add_argument("--dsn", default="")
     prof.add_argument("--no-profile", action="store_true", help="time only (for py-spy)")
     prof.add_argument(
