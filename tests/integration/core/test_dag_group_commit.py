@@ -274,3 +274,17 @@ def test_threads_that_commit_nodes_at_once_share_statements(
     assert sent == [1, threads - 1]  # the first alone, everyone else behind it
     for commit in commits:
         assert tail(store, commit.instance_id, 1) == [(Ev.NODE_STARTED, "n0", 1)]
+
+
+def test_group_min_zero_sends_every_dag_commit_alone(pg_dsn: str, pg_schema: str) -> None:
+    s = PostgresStore(pg_dsn, schema=pg_schema, group_min=0)
+    try:
+        s.migrate()
+        assert s._dag_commits is None
+        commit = handing(s)
+        applied = s.dag_commit(commit, **TAKE)
+        assert applied.version == commit.version + 1
+        assert applied.task is not None
+        assert applied.task.slot == "n0"
+    finally:
+        s.close()
