@@ -10,9 +10,6 @@ commit this way (tests/contract/conftest.py, ``group_min=1``).
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -27,17 +24,15 @@ from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores._pggroup import _dag_groupable, _DagItem
 from statemachine_wf.stores.postgres import PostgresStore
 from tests.contract.test_dag_runs import DAG_TYPE, claim_node, completion, start
+from tests.integration.core.group_threads import hold_first_statement, run_at_once
 from tests.plugins.stores import PG_DSN
 
 TAKE: dict[str, Any] = {"take": "handed", "lease": 300.0, "incarnation": "host:1:abc"}
 
 
 @pytest.fixture
-def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
-    s = PostgresStore(pg_dsn, schema=pg_schema)  # group_min=2: the default
-    s.migrate()
-    yield s
-    s.close()
+def store(pg_store: PostgresStore) -> PostgresStore:
+    return pg_store  # group_min=2: the default
 
 
 def handing(store: PostgresStore) -> DagCommit:
@@ -235,45 +230,17 @@ def test_threads_that_commit_nodes_at_once_share_statements(
 ) -> None:
     threads = 6
     commits = [handing(store) for _ in range(threads)]
-    group = store._dag_commits
-    assert group is not None
-    sent: list[int] = []
-    send = group._send
-    first = threading.Event()
+    sent = hold_first_statement(monkeypatch, store._dag_commits, threads)
 
-    def counting(items: Sequence[Any]) -> Any:
-        if not first.is_set():
-            # The first statement waits until every other thread has queued behind it.
-            first.set()
-            deadline = time.monotonic() + 10
-            while len(group._queued) < threads - 1:
-                assert time.monotonic() < deadline, "the threads never queued"
-                time.sleep(0.001)
-        sent.append(len(items))
-        return send(items)
+    def commit(c: DagCommit) -> None:
+        applied = store.dag_commit(c, **TAKE)
+        assert applied.task is not None
+        assert applied.version == c.version + 1
 
-    monkeypatch.setattr(group, "_send", counting)
-    errors: list[BaseException] = []
-    go = threading.Barrier(threads)
-
-    def run(commit: DagCommit) -> None:
-        try:
-            go.wait()
-            applied = store.dag_commit(commit, **TAKE)
-            assert applied.task is not None
-            assert applied.version == commit.version + 1
-        except BaseException as exc:
-            errors.append(exc)
-
-    workers = [threading.Thread(target=run, args=(c,)) for c in commits]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(timeout=60)
-    assert errors == []
+    assert run_at_once(commit, commits) == []
     assert sent == [1, threads - 1]  # the first alone, everyone else behind it
-    for commit in commits:
-        assert tail(store, commit.instance_id, 1) == [(Ev.NODE_STARTED, "n0", 1)]
+    for c in commits:
+        assert tail(store, c.instance_id, 1) == [(Ev.NODE_STARTED, "n0", 1)]
 
 
 def test_group_min_zero_sends_every_dag_commit_alone(pg_dsn: str, pg_schema: str) -> None:

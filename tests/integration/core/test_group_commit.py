@@ -10,7 +10,6 @@ The contract suite also runs a store that sends every Continue this way
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -28,6 +27,7 @@ from statemachine_wf.definition.events import Ev, NewEvent
 from statemachine_wf.stores._pggroup import _Item
 from statemachine_wf.stores.postgres import PostgresStore
 from tests.contract.helpers import TYPE, claim_one, started
+from tests.integration.core.group_threads import hold_first_statement, run_at_once
 from tests.integration.core.test_store_contract import new
 from tests.plugins.stores import PG_DSN
 from tests.unit.core.workflows import ThreeSteps
@@ -143,43 +143,16 @@ def test_threads_that_continue_at_once_share_statements(
 ) -> None:
     threads, rounds = 8, 15
     claims = [started(store) for _ in range(threads)]
-    sent: list[int] = []
-    send = store._continues._send  # type: ignore[union-attr]
-    first = threading.Event()
-
-    def counting(items: Sequence[Any]) -> Any:
-        if not first.is_set():
-            # The first statement waits until every other thread has queued behind it,
-            # so the next one carries them all: the grouping is the test's, not luck's.
-            first.set()
-            deadline = time.monotonic() + 10
-            while len(store._continues._queued) < threads - 1:  # type: ignore[union-attr]
-                assert time.monotonic() < deadline, "the threads never queued"
-                time.sleep(0.001)
-        sent.append(len(items))
-        return send(items)
-
-    monkeypatch.setattr(store._continues, "_send", counting)
-    errors: list[BaseException] = []
-    go = threading.Barrier(threads)
+    sent = hold_first_statement(monkeypatch, store._continues, threads)
 
     def run(claim: Claim) -> None:
-        try:
-            go.wait()
-            state, version = claim.instance.projection(in_flight=True), claim.instance.version
-            for _ in range(rounds):
-                d = decide.start(state, "first")  # a Continue: the next attempt's intent
-                version = store.apply(Commit(claim.instance.id, version, d, "w"))
-                state = d.state
-        except BaseException as exc:
-            errors.append(exc)
+        state, version = claim.instance.projection(in_flight=True), claim.instance.version
+        for _ in range(rounds):
+            d = decide.start(state, "first")  # a Continue: the next attempt's intent
+            version = store.apply(Commit(claim.instance.id, version, d, "w"))
+            state = d.state
 
-    workers = [threading.Thread(target=run, args=(c,)) for c in claims]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(timeout=60)
-    assert errors == []
+    assert run_at_once(run, claims) == []
     assert sent[1] >= threads - 1  # everyone queued behind the first statement
     assert sum(sent) == threads * rounds  # every decision once
     for claim in claims:
