@@ -82,7 +82,8 @@ class _DagItem:
 
 
 class PgGrouped(PgConnections):
-    """:class:`PgConnections` whose plain Continues and Finishes go in shared statements."""
+    """:class:`PgConnections` whose plain Continues, Finishes and DAG node commits go in
+    shared statements."""
 
     def __init__(self, url: str, *, group_min: int = 2, **options: Any) -> None:
         """Open the pool (see :class:`~._pgconn.PgConnections` for ``url`` and ``options``).
@@ -228,7 +229,9 @@ class PgGrouped(PgConnections):
         connection: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> list[R | BaseException]:
         """The items as one statement ``text``, its rows read by ``outcomes``; each alone
-        below ``group_min``, or when the statement failed having written nothing."""
+        below ``group_min``, or when the statement failed having written nothing. On a
+        connection of ``connection`` (a store's context manager; the gated
+        ``_statement`` by default)."""
         if len(items) < self._group_min:
             return [_alone(item) for item in items]
         params = self._params(
