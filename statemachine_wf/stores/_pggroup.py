@@ -27,7 +27,7 @@ from ..core.store import Commit, DagCommit
 from ..definition.limits import MAX_STORED_DEPTH, checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, StoreError, StoreUnavailable
 from ._base import Row
-from ._common import dag_wakes, dumps, event_dicts, projection_params
+from ._common import dumps, event_dicts, projection_params
 from ._group import Group
 from ._pgconn import PgConnections, _joined, _then_claim, execute
 
@@ -126,15 +126,14 @@ class PgGrouped(PgConnections):
     def _dag_apply(self, commit: DagCommit, params: dict[str, Any]) -> Row:
         # A plain node commit (a chain's, with the node it hands to its worker): the
         # commits of this runner's workers on other instances at the same moment share
-        # its statement. Its values were encoded and checked into ``params`` already.
+        # its statement. Its values were encoded and checked into ``params`` already. The
+        # statement tells the other runners itself (dag_group_tail's `notified`), so the
+        # lone commit's local wake-up (``_made_due``, SQLite's) has no part here.
         if self._dag_commits is None or not _dag_groupable(commit, params):
             return super()._dag_apply(commit, params)
         alone = partial(super()._dag_apply, commit, params)
         item = _DagItem(commit, _dag_batch_item(commit, params), alone)
-        row = self._dag_commits.submit(commit.instance_id, item)
-        if dag_wakes(commit.decision):
-            self._made_due()
-        return row
+        return self._dag_commits.submit(commit.instance_id, item)
 
     # Each item is encoded on its decision's own thread: a value no store keeps is that
     # decision's DataRejected, raised there, never its batch's.
