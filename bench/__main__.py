@@ -42,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         help="count each runner's statements (server CPU each), empty claims and sleeps",
     )
     core.add_argument(
+        "--runner-connections",
+        type=int,
+        default=0,
+        help="the PostgreSQL runners' runner_connections (default: the library's)",
+    )
+    core.add_argument(
         "--dashboard",
         action="store_true",
         help="a dashboard process open on the store, polled every second, during the run",
@@ -394,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             metrics=args.metrics,
             dashboard=args.dashboard,
             count=args.count,
+            runner_connections=args.runner_connections,
         )
         if args.dsn:
             s.dsn = args.dsn

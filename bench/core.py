@@ -92,6 +92,8 @@ class Settings:
     count: bool = False
     """The runners' statements, claims and sleeps counted (bench/statements.py's counters),
     summed over the processes of a runner row and printed per workflow after the table."""
+    runner_connections: int = 0
+    """The PostgreSQL stores' ``runner_connections`` (0: the library's default)."""
 
 
 # -- stores -------------------------------------------------------------------------
@@ -109,6 +111,11 @@ def open_store(spec: dict[str, Any]) -> Any:
             schema=spec["schema"],
             dag_connections=spec.get("dag_connections", 0),
             **({"dag_sticky": spec["dag_sticky"]} if "dag_sticky" in spec else {}),
+            **(
+                {"runner_connections": spec["runner_connections"]}
+                if spec.get("runner_connections")
+                else {}
+            ),
         )
     from statemachine_wf.stores.sqlite import SQLiteStore
 
@@ -1043,7 +1050,12 @@ def _spec(s: Settings, store: str, tag: str) -> dict[str, Any]:
         spec = {"store": "pg", "dsn": s.dsn, "schema": f"swfbench_{tag}_{os.getpid()}"}
     else:
         spec = {"store": "sqlite", "path": os.path.join(s.tmp, f"{tag}.db")}
-    return {**spec, "metrics": s.metrics, "count": s.count}
+    return {
+        **spec,
+        "metrics": s.metrics,
+        "count": s.count,
+        "runner_connections": s.runner_connections,
+    }
 
 
 CONFIGS: dict[str, Callable[[Settings], Result]] = {

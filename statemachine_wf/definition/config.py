@@ -23,6 +23,11 @@ DEFAULT_SCHEMA = "public"
 # on 2 cores went from 0.52 of raw SQL's step rate with 12 connections each to 0.71 with 3
 # (bench/README.md, "Session 38"; docs/architecture.md, "Connections").
 DEFAULT_POOL_SIZE = 4
+DEFAULT_RUNNER_CONNECTIONS = 2
+"""Of those, the most a runner's worker threads hold at once (PostgreSQL): the others serve
+the process's starts, signals and reads. A runner of 8 threads starting its own workflows
+ran 20% faster in 4 processes on 2 cores, at 18% less CPU a step, with 2 than with all 4
+(bench/README.md, "Session 61")."""
 DEFAULT_DAG_STICKY = 1.0
 """Seconds a DAG node task a runner's commit dispatches is left to that runner before other
 runners take it (PostgreSQL; 0: at once): four processes ran a fan-out 1.5 times as fast
@@ -54,6 +59,9 @@ class Config:
             SQL producer paths the value stored by ``migrate``). Env: ``SWF_MAX_PAYLOAD_BYTES``.
         pool_size: most PostgreSQL connections the store's calls hold at once, a DAG
             node's commit apart. Env: ``SWF_PG_POOL_SIZE``.
+        runner_connections: most of those a runner's worker threads hold at once (the
+            others serve the process's starts, signals and reads). Env:
+            ``SWF_PG_RUNNER_CONNECTIONS``.
         dag_connections: how many more connections DAG node commits may open (0: they
             share the ``pool_size`` ones). Env: ``SWF_PG_DAG_CONNECTIONS``.
         dag_sticky: seconds a DAG node task a runner's commit dispatches is left to that
@@ -86,6 +94,7 @@ class Config:
     dag_registry: str | None = None
     max_payload_bytes: int | None = None
     pool_size: int = DEFAULT_POOL_SIZE
+    runner_connections: int = DEFAULT_RUNNER_CONNECTIONS
     dag_connections: int = 0
     dag_sticky: float = DEFAULT_DAG_STICKY
     pool_timeout: float = 30.0
@@ -104,6 +113,8 @@ class Config:
             raise ValueError(f"lease must be > 0 seconds, got {self.lease}")
         if self.pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {self.pool_size}")
+        if self.runner_connections < 1:
+            raise ValueError(f"runner_connections must be >= 1, got {self.runner_connections}")
         if self.dag_connections < 0:
             raise ValueError(f"dag_connections must be >= 0, got {self.dag_connections}")
         if not (math.isfinite(self.dag_sticky) and self.dag_sticky >= 0):
@@ -150,6 +161,9 @@ class Config:
                 dag_registry=env.get("SWF_DAG_REGISTRY") or None,
                 max_payload_bytes=cls.payload_limit_from_env(env),
                 pool_size=int(env.get("SWF_PG_POOL_SIZE", str(DEFAULT_POOL_SIZE))),
+                runner_connections=int(
+                    env.get("SWF_PG_RUNNER_CONNECTIONS") or DEFAULT_RUNNER_CONNECTIONS
+                ),
                 dag_connections=int(env.get("SWF_PG_DAG_CONNECTIONS") or "0"),
                 dag_sticky=float(env.get("SWF_PG_DAG_STICKY") or DEFAULT_DAG_STICKY),
                 pool_timeout=float(env.get("SWF_PG_POOL_TIMEOUT", "30")),
@@ -193,6 +207,7 @@ class Config:
         return {
             "schema": self.schema,
             "pool_size": self.pool_size,
+            "runner_connections": self.runner_connections,
             "dag_connections": self.dag_connections,
             "dag_sticky": self.dag_sticky,
             "pool_timeout": self.pool_timeout,

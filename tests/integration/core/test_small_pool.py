@@ -57,10 +57,18 @@ class Locked(Workflow[In, Pr]):
         pass
 
 
-@pytest.fixture
-def one_connection(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
+@pytest.fixture(
+    params=[{"pool_size": 1}, {"pool_size": 3, "runner_connections": 1}],
+    ids=["pool-of-one", "a-share-of-one"],
+)
+def one_connection(
+    pg_dsn: str, pg_schema: str, request: pytest.FixtureRequest
+) -> Iterator[PostgresStore]:
     # No connection beyond the one either (dag_connections=0): DAG commits share it too.
-    store = PostgresStore(pg_dsn, schema=pg_schema, pool_size=1, dag_connections=0, pool_timeout=10)
+    # Or the workers' share of the pool is one (runner_connections), the DAG commits apart.
+    store = PostgresStore(
+        pg_dsn, schema=pg_schema, dag_connections=0, pool_timeout=10, **request.param
+    )
     store.migrate()
     yield store
     store.close()

@@ -13,6 +13,7 @@ def test_pool_settings_from_the_environment_become_store_options() -> None:
             "SWF_DATABASE_URL": "postgresql://u@h:5432/d",
             "SWF_PG_SCHEMA": "jobs",
             "SWF_PG_POOL_SIZE": "4",
+            "SWF_PG_RUNNER_CONNECTIONS": "3",
             "SWF_PG_DAG_CONNECTIONS": "2",
             "SWF_PG_DAG_STICKY": "0.5",
             "SWF_PG_POOL_TIMEOUT": "5",
@@ -22,11 +23,14 @@ def test_pool_settings_from_the_environment_become_store_options() -> None:
     assert config.store_options() == {
         "schema": "jobs",
         "pool_size": 4,
+        "runner_connections": 3,
         "dag_connections": 2,
         "dag_sticky": 0.5,
         "pool_timeout": 5.0,
         "reconnect_interval": 0.25,
     }
+    assert Config().runner_connections == 2  # of the pool's 4: the rest for starts and reads
+    assert Config.from_env({"SWF_PG_RUNNER_CONNECTIONS": ""}).runner_connections == 2
     assert Config().dag_connections == 0  # DAG commits share the pool_size connections
     assert Config.from_env({"SWF_PG_DAG_CONNECTIONS": ""}).dag_connections == 0
     assert Config().dag_sticky == 1.0  # a runner's dispatched DAG tasks are its for 1 s
@@ -40,6 +44,7 @@ def test_pool_settings_from_the_environment_become_store_options() -> None:
     ("name", "value", "problem"),
     [
         ("SWF_PG_POOL_SIZE", "0", "pool_size must be >= 1"),
+        ("SWF_PG_RUNNER_CONNECTIONS", "0", "runner_connections must be >= 1"),
         ("SWF_PG_DAG_CONNECTIONS", "-1", "dag_connections must be >= 0"),
         ("SWF_PG_DAG_STICKY", "-1", "dag_sticky must be >= 0"),
         ("SWF_PG_DAG_STICKY", "nan", "dag_sticky must be >= 0"),
