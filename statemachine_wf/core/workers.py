@@ -3,13 +3,13 @@
 A runner marks its worker threads (:func:`worker_thread`); a store may treat their calls
 apart from the process's others. PostgreSQL's keeps them to ``runner_connections`` of its
 pool, so that a start, a signal or a read made elsewhere in the process never waits
-behind the runner's statements (docs/architecture.md, "Connections").
+behind the runner's statements (docs/architecture.md, "The runner's share of the pool").
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 _local = threading.local()
@@ -29,3 +29,13 @@ def worker_thread() -> Iterator[None]:
 def in_worker_thread() -> bool:
     """Whether the current thread is inside :func:`worker_thread`."""
     return bool(getattr(_local, "worker", False))
+
+
+def as_worker(loop: Callable[[], None]) -> Callable[[], None]:
+    """``loop`` run as a runner's worker (a thread's target)."""
+
+    def work() -> None:
+        with worker_thread():
+            loop()
+
+    return work

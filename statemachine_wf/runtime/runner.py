@@ -29,7 +29,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..core.store import Claim, Claimant, Store, matches_prefix
-from ..core.workers import worker_thread
+from ..core.workers import as_worker
 from ..definition.events import Status
 from ..definition.options import RunnerOptions as RunnerOptions  # re-exported: users import it here
 from ..definition.workflow import Workflow
@@ -172,18 +172,14 @@ class Runner:
         if self.opts.reconcile_on_start:
             self._queue_startup()
         for n in range(self.opts.concurrency):
-            t = threading.Thread(target=self._worker, name=f"swf-worker-{n}", daemon=True)
+            t = threading.Thread(target=as_worker(self._work), name=f"swf-worker-{n}", daemon=True)
             t.start()
             self._threads.append(t)
         hb = threading.Thread(target=self._heartbeat, name="swf-heartbeat", daemon=True)
         hb.start()
         self._threads.append(hb)
-        log.info(
-            "runner %s started: %d workers, types %s",
-            self.worker_id,
-            self.opts.concurrency,
-            list(self.types),
-        )
+        workers, types = self.opts.concurrency, list(self.types)
+        log.info("runner %s started: %d workers, types %s", self.worker_id, workers, types)
 
     def stop(self, timeout: float | None = 60.0) -> None:
         """Stop claiming, let running steps finish, hand back what is not started."""
@@ -313,12 +309,6 @@ class Runner:
             log_every=self.opts.heartbeat_log_every,
             incarnation=self.incarnation,
         )
-
-    def _worker(self) -> None:
-        """A worker thread: marked as one (a store may keep its calls to a share of its
-        connections: ``runner_connections``), then the loop."""
-        with worker_thread():
-            self._work()
 
     def _work(self) -> None:
         while not self._stopping.is_set():

@@ -23,12 +23,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 from ..core.store import Claimant
-from ..core.workers import in_worker_thread
-from ..definition.config import (
-    DEFAULT_DAG_STICKY,
-    DEFAULT_POOL_SIZE,
-    DEFAULT_RUNNER_CONNECTIONS,
-)
+from ..definition.config import DEFAULT_DAG_STICKY, DEFAULT_POOL_SIZE, DEFAULT_RUNNER_CONNECTIONS
 from ..definition.limits import checked_dumps
 from ..errors import ConcurrencyConflict, DataRejected, MigrationError, StoreError, StoreUnavailable
 from ._common import Translating
@@ -51,6 +46,7 @@ from ._pghealth import Health
 from ._pglive import LiveListener, live_channel  # needs psycopg: after the check above
 from ._pgoffer import Offers
 from ._pgprepare import run_prepared
+from ._pgshare import Share, timed_out
 from ._pgtypes import configure_loaders
 
 log = logging.getLogger("statemachine_wf.postgres")
@@ -183,11 +179,6 @@ _quiet = _QuietPool()
 logging.getLogger("psycopg.pool").addFilter(_quiet)  # a set: adding it twice is a no-op
 
 
-def _pool_timeout(seconds: float) -> PoolTimeout:
-    """A gate's wait that ran out, as the pool's own wait would end."""
-    return PoolTimeout(f"couldn't get a connection after {seconds:.2f} sec")
-
-
 def _readable(fd: int) -> bool:
     """Has the server sent anything on an idle connection (its goodbye, or EOF)?"""
     if hasattr(select, "poll"):
@@ -249,14 +240,10 @@ class PgConnections(SqlStore):
             url: ``postgresql://user@host:port/db`` (libpq parameters such as
                 ``?connect_timeout=5`` may be added).
             schema: the schema of every table (created by :meth:`migrate`).
-            pool_size: most connections the store's calls hold at once (4,
-                ``DEFAULT_POOL_SIZE``: see why), DAG node commits on ``dag_connections``
-                apart.
-            runner_connections: most of those a runner's worker threads hold at once (2,
-                ``DEFAULT_RUNNER_CONNECTIONS``), its DAG node commits apart: the others
-                serve the process's own calls (a start, a signal, a read), which then never
-                wait behind the runner's statements (docs/architecture.md, "Connections").
-                At ``pool_size`` or more the workers share the whole pool.
+            pool_size: most connections the store's calls hold at once (4: see
+                ``DEFAULT_POOL_SIZE``), DAG node commits on ``dag_connections`` apart.
+            runner_connections: of those, the most a runner's worker threads hold at once
+                (2); the others serve the process's starts, signals, reads (_pgshare.py).
             dag_connections: how many more connections DAG node commits may open (0: they
                 wait for the ``pool_size`` ones with every other call), so that they wait
                 for none of the others (docs/architecture.md, "Connections": a one-process
@@ -285,8 +272,6 @@ class PgConnections(SqlStore):
                 "pool_size must be >= 1 and dag_connections >= 0, "
                 f"got {pool_size}, {dag_connections}"
             )
-        if runner_connections < 1:
-            raise ValueError(f"runner_connections must be >= 1, got {runner_connections}")
         if not pool_timeout > 0:
             raise ValueError(f"pool_timeout must be > 0 seconds, got {pool_timeout}")
         if not 0 <= dag_sticky < float("inf"):  # NaN too
@@ -342,15 +327,7 @@ class PgConnections(SqlStore):
         # them (`_lone_commit`). Without, the pool's own size is the limit.
         self.pool_size = pool_size
         self._gate = threading.BoundedSemaphore(pool_size) if dag_connections else None
-        # The runner's share: its worker threads' calls (claims, decisions, their groups)
-        # pass this one too, first. Fewer of them under way at once is larger groups and
-        # fewer backends on the server's cores (bench/README.md, "Session 61").
-        self.runner_connections = min(runner_connections, pool_size)
-        self._share = (
-            threading.BoundedSemaphore(runner_connections)
-            if runner_connections < pool_size
-            else None
-        )
+        self._share = Share(runner_connections, pool_size, pool_timeout)  # passed first
         try:
             with wrap_errors():
                 self._pool.open(wait=True, timeout=pool_timeout)
@@ -444,10 +421,10 @@ class PgConnections(SqlStore):
         _in_store.depth = getattr(_in_store, "depth", 0) + 1
         born = -1
         try:
-            with wrap_errors(), self._runner_share(gated):
+            with wrap_errors(), self._share.held(gated):
                 gate = self._gate if gated else None
                 if gate is not None and not gate.acquire(timeout=self._pool.timeout):
-                    raise _pool_timeout(self._pool.timeout)
+                    raise timed_out(self._pool.timeout)
                 try:
                     conn = self._checkout()
                     born = self._born.get(conn, -1)
@@ -466,27 +443,6 @@ class PgConnections(SqlStore):
             _in_store.depth -= 1
         if self._health.ok(born):
             self._back_at = self._losses
-
-    @contextmanager
-    def _runner_share(self, gated: bool) -> Iterator[None]:
-        """A runner worker's call holds one of the ``runner_connections`` (see
-        ``__init__``) for its connection; a call it makes meanwhile on another connection
-        is under the same one, so a worker never waits for itself."""
-        share = self._share
-        if share is None or not gated or getattr(_in_store, "shared", False):
-            yield
-            return
-        if not in_worker_thread():  # a start, a signal, a read: the whole pool
-            yield
-            return
-        if not share.acquire(timeout=self._pool.timeout):
-            raise _pool_timeout(self._pool.timeout)
-        _in_store.shared = True
-        try:
-            yield
-        finally:
-            _in_store.shared = False
-            share.release()
 
     # -- the primitives of SqlStore ------------------------------------------------------
     def _reading(self) -> AbstractContextManager[psycopg.Connection[Any]]:

@@ -148,7 +148,7 @@ def test_at_pool_size_or_more_the_workers_share_the_whole_pool(
     make_store: Callable[..., Counted],
 ) -> None:
     store = make_store(pool_size=2, runner_connections=5, pool_timeout=20)
-    assert store.runner_connections == 2
+    assert store._share.size == 2
     first, second = (_hold(store, worker=True) for _ in range(2))
     assert first[0].wait(10)
     assert second[0].wait(10)

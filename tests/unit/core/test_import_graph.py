@@ -57,7 +57,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     # The store port: its records and roles (and the core/ package itself, which imports
     # nothing).
-    "port": ("core", "core.records", "core.ports", "core.store"),
+    "port": ("core", "core.records", "core.ports", "core.store", "core.workers"),
     # The version-checked operations and the only CAS-retry loop.
     "operations": ("runtime.operations",),
     # Instrumentation (log context, traces, metrics): below everything that it observes.
