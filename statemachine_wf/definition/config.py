@@ -18,10 +18,11 @@ DEFAULT_URL = "sqlite:///statemachine_wf.db"
 DEFAULT_SCHEMA = "public"
 # Connections a PostgreSQL store's pool opens at most, per process. Few on purpose: a
 # worker thread holds one only for a store call, and the runner's threads share their
-# statements (group commit), so a runner of 8 threads keeps 3-4 busy. More connections
-# than that made more backends than the server has cores: 4 runner processes of 8 threads
-# on 2 cores went from 0.52 of raw SQL's step rate with 12 connections each to 0.71 with 3
-# (bench/README.md, "Session 38"; docs/architecture.md, "Connections").
+# statements (group commit), so a runner of 8 threads keeps 2 busy (its share, below).
+# More connections than that made more backends than the server has cores: 4 runner
+# processes of 8 threads on 2 cores went from 0.52 of raw SQL's step rate with 12
+# connections each to 0.71 with 3 (bench/README.md, "Session 38"; docs/architecture.md,
+# "Connections").
 DEFAULT_POOL_SIZE = 4
 DEFAULT_RUNNER_CONNECTIONS = 2
 """Of those, the most a runner's worker threads hold at once (PostgreSQL): the others serve
