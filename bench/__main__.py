@@ -155,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         help="connections a DAG runner's node commits may add to its pool (default 0)",
     )
     dag.add_argument(
+        "--runner-connections",
+        type=int,
+        default=0,
+        help="the PostgreSQL runners' runner_connections (default: the library's)",
+    )
+    dag.add_argument(
         "--shapes",
         default="fanout,chain",
         help="comma-separated: fanout,chain,slowfan (one fan-out of 64 nodes of 0.2 s)",
@@ -348,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         ds.count = args.count
         ds.pooled = args.pooled
         ds.dag_connections = args.dag_connections
+        ds.runner_connections = args.runner_connections
         ds.dag_sticky = args.dag_sticky
         ds.sqlite_concurrency = args.sqlite_concurrency
 

@@ -141,6 +141,8 @@ class Settings:
     """Count each runner process's statements (bench/statements.py), summed a row."""
     dag_sticky: float | None = None
     """The DAG runners' PostgreSQL stores' ``dag_sticky`` (None: the library's default)."""
+    runner_connections: int = 0
+    """The PostgreSQL runners' ``runner_connections`` (0: the library's default)."""
     dag_connections: int = 0
     """The DAG runners' stores' ``dag_connections`` (0, the default: DAG commits wait for
     the ``pool_size`` connections with every other call)."""
@@ -161,6 +163,7 @@ class Settings:
             timeout=self.timeout,
             tmp=self.tmp,
             count=self.count,
+            runner_connections=self.runner_connections,
         )
 
 
