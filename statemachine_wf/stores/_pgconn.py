@@ -278,6 +278,7 @@ class PgConnections(SqlStore):
             raise ValueError(f"dag_sticky must be >= 0 seconds, got {dag_sticky}")
         if not reconnect_interval > 0:
             raise ValueError(f"reconnect_interval must be > 0 seconds, got {reconnect_interval}")
+        self._share = Share(runner_connections, pool_size, pool_timeout)  # checks it too
         self.url = url
         self.schema = schema
         self.dag_sticky = float(dag_sticky)
@@ -327,7 +328,6 @@ class PgConnections(SqlStore):
         # them (`_lone_commit`). Without, the pool's own size is the limit.
         self.pool_size = pool_size
         self._gate = threading.BoundedSemaphore(pool_size) if dag_connections else None
-        self._share = Share(runner_connections, pool_size, pool_timeout)  # passed first
         try:
             with wrap_errors():
                 self._pool.open(wait=True, timeout=pool_timeout)
