@@ -500,8 +500,9 @@ class DagRuns(Protocol):
         A group (``decision.also_done``: several completions decided in turn, merged by
         ``dag_group.merge``) deletes every completed node's task; with "sibling" it
         takes up to ``siblings`` other due tasks (one for each of the group's workers,
-        each under a token of its own): the first is ``DagApplied.task``, the rest
-        ``DagApplied.more``.
+        or several for one worker's run of branches, each under a token of its own):
+        the first is ``DagApplied.task``, the rest ``DagApplied.more``; a lone commit
+        may take several too.
 
         Of the tasks the decision dispatches (none handed over), the first ``keep`` (None:
         all) stay ``commit.worker``'s alone for ``dag_sticky`` seconds after they fall due.

@@ -98,17 +98,21 @@ class Pending:
     """One thread's completion, queued on its instance's cache entry until committed
     (``dag_group.Grouper``)."""
 
-    __slots__ = ("claim", "done", "error", "free", "make", "result")
+    __slots__ = ("claim", "done", "error", "free", "make", "more", "result", "want")
 
-    def __init__(self, make: Make, free: bool) -> None:
+    def __init__(self, make: Make, free: bool, want: int = 1) -> None:
         self.make = make
         self.free = free
         """Whether its worker may take its next node in the commit (its streak allows)."""
+        self.want = want
+        """How many due siblings its worker takes when free (a run of branches: several)."""
         self.done = False
         self.result = False
         """True: committed; False: nothing to write (see ``DagExecutor.complete``)."""
         self.claim: Claim | None = None
         """The node leased to its worker in the commit, if any."""
+        self.more: list[Claim] = []
+        """The further siblings leased to its worker (``want`` above one)."""
         self.error: Exception | None = None
 
 

@@ -69,9 +69,10 @@ from ..definition.events import Ev, NewEvent, Status
 from ..definition.limits import check_payload
 from ..errors import ConcurrencyConflict, LeaseLost
 from . import dag_failures as failures
-from . import observe
+from . import handback, observe
+from .dag_batch import QUICK, BranchRuns
 from .dag_cache import Cached, DagCache, Pending
-from .dag_group import Grouper
+from .dag_group import Grouper, free_of_others
 from .dag_handlers import (
     ChildRunning,
     NodeCall,
@@ -148,6 +149,14 @@ class DagExecutor:
             if store.dag_group_most > 1
             else None
         )
+        self._runs = BranchRuns(
+            self._local,
+            run=self._run,
+            node=self.observer.node,
+            group=self._group,
+            unrun=lambda c: handback.unrun(store, worker, incarnation, c),
+            free=lambda: self._free([]),
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -164,9 +173,12 @@ class DagExecutor:
         )
         local.took = None
         with self.observer.node(claim):
-            return self._run(claim)
+            taken = self._run(claim)
+        return self._runs.carry_on(taken)  # a run of branches it took, if any
 
-    def _run(self, claim: Claim) -> Claim | None:
+    def _run(self, claim: Claim, batch: list[Pending] | None = None) -> Claim | None:
+        """One node task; the next its commit took for this worker. ``batch``: a run of
+        branches (:mod:`.dag_batch`), where a plain completion is queued, not committed."""
         instance_id, node = claim.instance.id, claim.task.slot
         entry = self._cache.entry(instance_id)
         with entry.lock:
@@ -228,6 +240,7 @@ class DagExecutor:
                     NodeResult(timer.output),
                     attempt=claim.task.attempt,
                     taken=taken,
+                    batch=batch,
                 )
             return taken[0] if taken else None
         if terminal or done:
@@ -259,7 +272,9 @@ class DagExecutor:
         try:
             began = time.monotonic()
             result = run_handler(call, self._loop)
-            self._give_back_kept(work(graph, node), time.monotonic() - began)
+            took = time.monotonic() - began
+            self._local.quick = took < QUICK
+            self._give_back_kept(work(graph, node), took)
             output = to_jsonable_python(result.output)
             # The limit inputs have: an output over it fails the node (PayloadTooLarge,
             # not retried) and is never written. (A start node's output is the input,
@@ -288,6 +303,7 @@ class DagExecutor:
             NodeResult(output, result.handle),
             attempt=claim.task.attempt,
             taken=taken,
+            batch=batch,
         )
         observe.mark("completed")
         return taken[0] if taken else None
@@ -304,6 +320,7 @@ class DagExecutor:
         error: bool = False,
         snap: DagSnapshot | None = None,
         taken: list[Claim] | None = None,
+        batch: list[Pending] | None = None,
     ) -> bool:
         """Record ``node``'s run ``run`` as completed with ``result`` and schedule what
         follows, in one version-checked commit.
@@ -312,7 +329,8 @@ class DagExecutor:
         duplicate delivery: the log's unique index, or the view, says so) or the
         instance has ended. ``snap``: a read of the instance to decide on first, instead
         of the cached one. ``taken``: where the claim of a node this commit hands to this
-        worker goes (see the module's step 3); None: no hand-off.
+        worker goes (see the module's step 3); None: no hand-off. ``batch``: a run of
+        branches (:mod:`.dag_batch`) the completion is queued on, not committed (True).
         """
         outcome = NodeOutcome(result.output, result.handle, result.delay, error)
 
@@ -328,26 +346,31 @@ class DagExecutor:
                 open_slots=s.open_slots,
             )
 
+        if batch is not None and snap is None:
+            batch.append(Pending(decide, free=False))
+            return True
         entry = self._cache.entry(instance_id)
         if self._group is None or snap is not None or taken is None:
             committed = self.commit_loop(instance_id, decide, snap, taken)
-        elif _free_of_others(entry):
+        elif free_of_others(entry):
             # Nobody commits on the instance, nor waits to: alone, at once, under its lock
             # (a chain's nodes always).
             try:
-                committed = self._commit_locked(
-                    entry, instance_id, decide, None, taken, self._free(taken)
-                )
+                free, want = self._free(taken), self._runs.want()
+                committed = self._commit_locked(entry, instance_id, decide, None, taken, free, want)
             finally:
                 entry.lock.release()
             if taken:
-                self._local.took = taken[-1]
+                self._local.took = taken[0]
+                self._local.more = taken[1:]
+                del taken[1:]
         else:
             # Committed with the completions of this runner's other threads queued on the
             # instance meanwhile (runtime/dag_group.py).
-            item = self._group.submit(instance_id, decide, self._free(taken))
+            item = self._group.submit(instance_id, decide, self._free(taken), self._runs.want())
             if item.claim is not None:
                 self._local.took = item.claim
+                self._local.more = item.more
                 taken.append(item.claim)
             committed = item.result
         if not committed:
@@ -369,8 +392,11 @@ class DagExecutor:
     def _alone(self, entry: Cached, instance_id: str, item: Pending) -> None:
         """Commit a queued completion by itself (``Grouper``'s fallback), under the lock."""
         taken: list[Claim] = []
-        item.result = self._commit_locked(entry, instance_id, item.make, None, taken, item.free)
+        item.result = self._commit_locked(
+            entry, instance_id, item.make, None, taken, item.free, item.want
+        )
         item.claim = taken[0] if taken else None
+        item.more = taken[1:]
         item.done = True
 
     def _give_back_kept(self, work: str, seconds: float) -> None:
@@ -478,9 +504,11 @@ class DagExecutor:
         snap: DagSnapshot | None,
         taken: list[Claim] | None,
         free: bool,
+        want: int = 1,
     ) -> bool:
         """:meth:`commit_loop`'s commit, under ``entry.lock``; ``free``: whether the
-        committing worker may take its next node in the commit (:meth:`_free`)."""
+        committing worker may take its next node in the commit (:meth:`_free`), and
+        ``want`` due siblings of it at most (``BranchRuns.want``)."""
 
         def attempt(n: int) -> bool:
             state = (snap or entry.state) if n == 0 and entry.view is not None else None
@@ -537,6 +565,7 @@ class DagExecutor:
                     take=take,
                     lease=self._lease or 0.0,
                     incarnation=self._incarnation,
+                    siblings=want if take == "sibling" else 1,
                     keep=keep,
                 )
             except BaseException as exc:  # nothing written: the kept tasks given back
@@ -559,20 +588,10 @@ class DagExecutor:
                 instance = self._cache.fold(entry, state, decided, applied)
             if applied.task is not None and taken is not None:
                 taken.append(Claim(applied.task, instance, started=True))
+                taken.extend(Claim(t, instance, started=True) for t in applied.more)
             return True
 
         return until_committed(
             attempt,
             gave_up=lambda: LeaseLost(f"instance {instance_id} keeps changing under this runner"),
         )
-
-
-def _free_of_others(entry: Cached) -> bool:
-    """Take ``entry``'s lock if no other thread of the runner holds it or waits to commit
-    (True: taken, to release)."""
-    if not entry.lock.acquire(blocking=False):
-        return False
-    if entry.queue:  # completions waiting for it: committed with this one (Grouper)
-        entry.lock.release()
-        return False
-    return True

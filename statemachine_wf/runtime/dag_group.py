@@ -69,11 +69,12 @@ class Grouper:
         self._incarnation = incarnation
         self._most = store.dag_group_most
 
-    def submit(self, instance_id: str, make: Make, free: bool) -> Pending:
+    def submit(self, instance_id: str, make: Make, free: bool, want: int = 1) -> Pending:
         """Commit ``make``'s completion, with whatever else is queued on the instance when
         this thread gets its lock (unless a thread before it committed this one too).
-        With the lock free, nothing waits: it commits at once (a chain's nodes always)."""
-        item = Pending(make, free)
+        With the lock free, nothing waits: it commits at once (a chain's nodes always).
+        ``want``: the siblings its worker takes when free (:class:`Pending`)."""
+        item = Pending(make, free, want)
         entry = self._cache.entry(instance_id)
         if entry.lock.acquire(blocking=False):
             batch = [item]
@@ -98,6 +99,18 @@ class Grouper:
         if item.error is not None:
             raise item.error
         return item
+
+    def submit_many(self, instance_id: str, items: list[Pending]) -> None:
+        """Commit one worker's ``items`` (its run of branches, :mod:`.dag_batch`), in
+        order, with whatever else is queued on the instance; each item's outcome is
+        filled in (``done``, ``result``, ``error``, its claims), none raised."""
+        entry = self._cache.entry(instance_id)
+        with entry.lock:
+            with entry.queue_lock:
+                batch = [*items, *entry.queue]
+                entry.queue = []
+            while batch:
+                batch = self._commit_some(entry, instance_id, batch)
 
     def _commit_some(self, entry: Cached, instance_id: str, batch: list[Pending]) -> list[Pending]:
         """Commit the first of ``batch`` and as many after it as may share its commit;
@@ -138,7 +151,7 @@ class Grouper:
                 take=take,
                 lease=self._lease,
                 incarnation=self._incarnation,
-                siblings=len(free) if take == "sibling" else 1,
+                siblings=min(self._most, sum(i.want for i in free)) if take == "sibling" else 1,
                 keep=keep,
             )
         except ConcurrencyConflict:
@@ -152,15 +165,37 @@ class Grouper:
                 item.done, item.error = True, exc
             return batch[len(members) :]
         instance = self._cache.fold(entry, state, decision, applied)
-        taken = [t for t in (applied.task, *applied.more) if t is not None]
-        takers = [last] if handed is not None else free
+        taken = [Claim(t, instance, started=True) for t in (applied.task, *applied.more) if t]
         for item in members:
             item.done, item.result = True, True
-        for item, task in zip(takers, taken, strict=False):
-            item.claim = Claim(task, instance, started=True)
+        if handed is not None:
+            last.claim = taken[0] if taken else None
+        else:
+            share(free, taken)
         return batch[len(members) :]
+
+
+def share(takers: list[Pending], taken: list[Claim]) -> None:
+    """Give the siblings a commit took to its free workers in order: one each first, then
+    the rest to those that want several (their ``more``)."""
+    for item, claim in zip(takers, taken, strict=False):
+        item.claim = claim
+    rest = iter(taken[len(takers) :])
+    for item in takers:
+        item.more = [c for _, c in zip(range(item.want - 1), rest, strict=False)]
 
 
 def _on(instance: InstanceRecord, make: Make) -> Callable[[tuple[str, ...], LogView], Any]:
     """``make`` deciding on ``instance`` with the open node tasks it is given."""
     return lambda slots, view: make(DagSnapshot(instance, [], slots), view)
+
+
+def free_of_others(entry: Cached) -> bool:
+    """Take ``entry``'s lock if no other thread of the runner holds it or waits to commit
+    (True: taken, to release)."""
+    if not entry.lock.acquire(blocking=False):
+        return False
+    if entry.queue:  # completions waiting for it: committed with this one (Grouper)
+        entry.lock.release()
+        return False
+    return True

@@ -61,7 +61,10 @@ class DagCommits(SqlReads):
         keep: int | None = None,
     ) -> DagApplied:
         group = 1 + len(commit.decision.also_done)  # completions committed together
-        if group > self.dag_group_most or not 1 <= siblings <= (group if take == "sibling" else 1):
+        # Siblings: one for each worker of a group, or a run of branches for one worker
+        # (runtime/dag_batch.py); at most what a group may carry.
+        most = self.dag_group_most if take == "sibling" else 1
+        if group > self.dag_group_most or not 1 <= siblings <= most:
             raise ValueError(
                 f"{self.dialect}: DAG commit of {commit.instance_id}: {group} completions "
                 f"(at most {self.dag_group_most}), {siblings} siblings taken"

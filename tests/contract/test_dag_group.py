@@ -1,8 +1,9 @@
 """A group commit (``ports.DagRuns.dag_commit`` of a decision with ``also_done``), on SQLite
 and PostgreSQL: several completions of one instance, decided in turn
 (``core.dag_group.decide``) and merged, in one commit that deletes each completed node's
-task and leases the next due branch to each of the group's workers. PostgreSQL carries
-groups; SQLite refuses one (``dag_group_most`` 1) and writes nothing."""
+task and leases the next due branch to each of the group's workers (or a run of them to
+one worker). PostgreSQL carries groups; SQLite refuses one (``dag_group_most`` 1) and
+writes nothing."""
 
 from __future__ import annotations
 
@@ -124,11 +125,42 @@ def test_a_group_takes_no_more_branches_than_are_due(store: Store) -> None:
     assert set(snap.open_slots) == {applied.task.slot}
 
 
-def test_a_group_asking_more_siblings_than_completions_is_refused(store: Store) -> None:
+def test_a_lone_commit_takes_a_run_of_branches_for_its_worker(store: Store) -> None:
+    # runtime/dag_batch.py: one worker's commit takes several due branches, each leased
+    # under a token of its own with its NODE_STARTED written, as a claim would.
     iid, claims = branches(store, 1)
     commit = runs.completion(store, claims[0], {}, GRAPH)
-    with pytest.raises(ValueError, match="2 siblings"):
-        store.dag_commit(commit, take="sibling", lease=300, siblings=2)
+    if store.dag_group_most < 2:
+        with pytest.raises(ValueError, match="3 siblings"):
+            store.dag_commit(commit, take="sibling", lease=300, siblings=3)
+        snap = store.dag_snapshot(iid)
+        assert snap is not None
+        assert snap.instance.version == commit.version  # nothing written
+        return
+    applied = store.dag_commit(
+        commit, take="sibling", lease=300, incarnation="host:1:abc", siblings=3
+    )
+    taken = [t for t in (applied.task, *applied.more) if t is not None]
+    assert len(taken) == 3
+    slots = {t.slot for t in taken}
+    assert len(slots) == 3
+    assert claims[0].task.slot not in slots
+    assert len({t.lease_token for t in taken}) == 3
+    events = store.events(iid)
+    for slot in slots:
+        started = [e for e in events if e.event_type == Ev.NODE_STARTED and e.node == slot]
+        assert [e.attempt for e in started] == [1]
+    # One branch of five is left due (one done, three taken).
+    [left] = store.dag_claim(worker="w2", types=[FAN.type], lease=300)
+    assert left.task.slot not in slots | {claims[0].task.slot}
+
+
+def test_more_siblings_than_a_group_may_carry_are_refused(store: Store) -> None:
+    iid, claims = branches(store, 1)
+    commit = runs.completion(store, claims[0], {}, GRAPH)
+    too_many = store.dag_group_most + 1
+    with pytest.raises(ValueError, match=f"{too_many} siblings"):
+        store.dag_commit(commit, take="sibling", lease=300, siblings=too_many)
     snap = store.dag_snapshot(iid)
     assert snap is not None
     assert snap.instance.version == commit.version

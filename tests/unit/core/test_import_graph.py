@@ -72,6 +72,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "runtime.twins",
         "runtime.handback",
         "runtime.dag_executor",
+        "runtime.dag_batch",
         "runtime.dag_cache",
         "runtime.dag_group",
         "runtime.dag_keep",
