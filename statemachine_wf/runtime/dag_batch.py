@@ -2,14 +2,14 @@
 
 A fan-out's branch commits its completion and takes the next due branch of its instance
 for its worker in that commit (``dag_commit(take="sibling")``): one statement a branch.
-Where the branch just run was quick (:data:`QUICK`) and the store commits groups, the
-commit takes up to :data:`RUN` of them for the worker instead. The worker runs them one
-after another, queues each plain completion instead of committing it, and commits the
-queue in one statement (``Grouper.submit_many``: each decided in turn on the view with
-the ones before folded in, :func:`~..core.dag_group.decide`), which takes its next run.
-What is not a plain completion (a failure, a timer, a child's wait) commits as it
-always does, on its own. Each branch of a run counts towards the worker's streak
-(``operations.STREAK``), which a run never passes.
+Where the store commits groups, the commit takes instead as many due branches as fit in
+:data:`BUDGET` of node time, by what the branch just run took (at most :data:`RUN`). The
+worker runs them one after another, queues each plain completion instead of committing
+it, and commits the queue in one statement (``Grouper.submit_many``: each decided in turn
+on the view with the ones before folded in, :func:`~..core.dag_group.decide`), which
+takes its next run. What is not a plain completion (a failure, a timer, a child's wait)
+commits as it always does, on its own. Each branch of a run counts towards the worker's
+streak (``operations.STREAK``), which a run never passes.
 
 Nothing is lost by the wait: a taken branch is leased, its ``NODE_STARTED`` written, as
 a claim leaves it. A branch that has run but whose completion is not yet committed is,
@@ -33,18 +33,21 @@ from .operations import STREAK
 
 log = logging.getLogger("statemachine_wf.dag")
 
-RUN = 4
+RUN = 8
 """The most branches one commit takes for one worker."""
 
-QUICK = 0.001
-"""Seconds: a branch whose node function returned sooner is quick, and its worker's next
-commit takes a run. Each completion of a run waits for the branches after it to run (at
-most ``(RUN - 1) * QUICK`` of node time) against the statement it saves (about 1 ms)."""
+BUDGET = 0.002
+"""Seconds of node time a run holds, by what its worker's last branch took: a run's
+completion waits for the branches after it to run, about this long at most, against the
+statement it saves (about 1 ms of the server's and the runner's time here). A branch
+that takes this long or more is taken one at a time, so slow branches spread over every
+worker as before."""
 
 
 class BranchRuns:
     """One executor's runs of branches; ``local`` is its per-worker state (``streak``,
-    ``took``, ``quick``, ``more``: the further claims the last commit took).
+    ``took``, ``node_seconds``: what its last node function took, ``more``: the further
+    claims the last commit took).
 
     Args:
         run: runs one node task, queuing a plain completion on the list it is given.
@@ -69,12 +72,15 @@ class BranchRuns:
         self._unrun, self._free = unrun, free
 
     def want(self) -> int:
-        """How many due siblings the calling worker's commit takes: a run after a quick
-        branch, one otherwise; never past its streak."""
+        """How many due siblings the calling worker's commit takes: as many as its last
+        node function's time fits in :data:`BUDGET`, at most :data:`RUN`, never past its
+        streak; one without group commit."""
         local = self._local
-        if self._group is None or not getattr(local, "quick", False):
+        seconds: float | None = getattr(local, "node_seconds", None)
+        if self._group is None or seconds is None:
             return 1
-        return max(1, min(RUN, STREAK - getattr(local, "streak", 0)))
+        fits = int(BUDGET / max(seconds, 1e-6))
+        return max(1, min(RUN, fits, STREAK - getattr(local, "streak", 0)))
 
     def carry_on(self, taken: Claim | None) -> Claim | None:
         """After a commit took ``taken`` and more (``local.more``) for this worker, run

@@ -70,7 +70,7 @@ from ..definition.limits import check_payload
 from ..errors import ConcurrencyConflict, LeaseLost
 from . import dag_failures as failures
 from . import handback, observe
-from .dag_batch import QUICK, BranchRuns
+from .dag_batch import BranchRuns
 from .dag_cache import Cached, DagCache, Pending
 from .dag_group import Grouper, free_of_others
 from .dag_handlers import (
@@ -273,7 +273,7 @@ class DagExecutor:
             began = time.monotonic()
             result = run_handler(call, self._loop)
             took = time.monotonic() - began
-            self._local.quick = took < QUICK
+            self._local.node_seconds = took  # how long a run of branches may be (dag_batch)
             self._give_back_kept(work(graph, node), took)
             output = to_jsonable_python(result.output)
             # The limit inputs have: an output over it fails the node (PayloadTooLarge,

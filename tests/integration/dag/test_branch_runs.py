@@ -1,6 +1,7 @@
 """A worker's run of a fan-out's branches (runtime/dag_batch.py), with a real runner: after
-a quick branch, the worker's commit takes up to ``RUN`` due branches, runs them one after
-another and commits their completions in one statement, which takes its next run. On
+a quick branch (well inside ``BUDGET``), the worker's commit takes ``RUN`` due branches,
+runs them one after another and commits their completions in one statement, which takes
+its next run. On
 PostgreSQL (which commits groups); SQLite takes one branch a commit, as before. Every
 branch completes once, the join runs once, and what the instance computed is whole."""
 
@@ -17,7 +18,7 @@ from statemachine_wf import Runner, RunnerOptions, Status
 from statemachine_wf.core.store import DagApplied, DagCommit, Store
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition, Registry
 from statemachine_wf.definition.events import Ev
-from statemachine_wf.runtime.dag_batch import QUICK, RUN
+from statemachine_wf.runtime.dag_batch import BUDGET, RUN
 
 from . import helpers as h
 
@@ -126,7 +127,7 @@ def test_quick_branches_run_in_runs_committed_together(store: Store) -> None:
 
 
 def test_slow_branches_take_one_branch_a_commit(pg_store: Store) -> None:
-    definition, registry = fan(WIDTH, pause=2 * QUICK)
+    definition, registry = fan(WIDTH, pause=2 * BUDGET)
     recorded = Recorded(pg_store)
     history = run(recorded, definition, registry)
     each_once(history)
@@ -136,7 +137,7 @@ def test_slow_branches_take_one_branch_a_commit(pg_store: Store) -> None:
 
 
 def test_a_branch_failing_in_a_run_is_retried_and_the_run_commits(store: Store) -> None:
-    # b3 is in the first run (b1..b4 after b0 was claimed): its failure commits on its
+    # b3 is in the first run (b1.. after b0 was claimed): its failure commits on its
     # own (a retry), the run's other completions together; b3 runs again later.
     definition, registry = fan(WIDTH, fail="b3")
     recorded = Recorded(store)
@@ -153,7 +154,7 @@ def test_a_runner_stopped_mid_fan_out_loses_no_branch(pg_store: Store, runs: boo
     """Stop (not a crash) while runs are under way: what ran is committed, the branches
     taken and not run are given back (the heartbeat would keep their leases), and a second
     runner finishes the instance at once, each branch completed once."""
-    definition, registry = fan(WIDTH, pause=0.0 if runs else 2 * QUICK)
+    definition, registry = fan(WIDTH, pause=0.0 if runs else 2 * BUDGET)
     client = DagClient(pg_store)
     iid = client.start(definition, {})
     first = Runner(pg_store, [], dags=registry, options=RunnerOptions(concurrency=2))

@@ -14,7 +14,7 @@ from statemachine_wf import Runner, RunnerOptions, Status
 from statemachine_wf.core.store import DagApplied, DagCommit
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition, Registry
 from statemachine_wf.definition.events import Ev
-from statemachine_wf.runtime.dag_batch import QUICK
+from statemachine_wf.runtime.dag_batch import BUDGET
 from statemachine_wf.stores.postgres import PostgresStore
 
 WORKERS = 4
@@ -63,9 +63,9 @@ def fan(width: int) -> tuple[DagDefinition, Registry]:
             barrier.wait(timeout=5)
         except threading.BrokenBarrierError:
             barrier.reset()  # a short last wave: go on alone
-        # Not quick (dag_batch.QUICK), the last to reach the barrier included: each
-        # worker's commit takes one branch, not a run of them (test_dag_batch.py).
-        time.sleep(2 * QUICK)
+        # Past dag_batch.BUDGET, the last to reach the barrier included: each worker's
+        # commit takes one branch, not a run of them (test_branch_runs.py).
+        time.sleep(2 * BUDGET)
         return i
 
     b = DagBuilder("grouped_fan")

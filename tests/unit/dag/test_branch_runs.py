@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 
 from statemachine_wf.core.store import Claim, InstanceRecord, TaskRecord
-from statemachine_wf.runtime.dag_batch import RUN, BranchRuns
+from statemachine_wf.runtime.dag_batch import BUDGET, RUN, BranchRuns
 from statemachine_wf.runtime.dag_cache import Pending
 from statemachine_wf.runtime.dag_group import Grouper
 from statemachine_wf.runtime.operations import STREAK
@@ -71,21 +71,25 @@ class Worker:
         yield None
 
 
-def test_a_commit_takes_a_run_only_after_a_quick_branch_and_only_with_groups() -> None:
+def test_a_run_holds_what_fits_in_the_budget_and_only_with_groups() -> None:
     worker = Worker(Group())
-    assert worker.runs.want() == 1  # nothing ran yet
-    worker.local.quick = True
+    assert worker.runs.want() == 1  # no node ran yet
+    worker.local.node_seconds = 0.00001
     assert worker.runs.want() == RUN
-    worker.local.quick = False
+    worker.local.node_seconds = BUDGET / 3.5
+    assert worker.runs.want() == 3
+    worker.local.node_seconds = BUDGET
     assert worker.runs.want() == 1
+    worker.local.node_seconds = 0.0  # a clock that did not move
+    assert worker.runs.want() == RUN
     alone = Worker(None)  # a store that commits no groups (SQLite)
-    alone.local.quick = True
+    alone.local.node_seconds = 0.00001
     assert alone.runs.want() == 1
 
 
 def test_a_run_never_passes_the_streak() -> None:
     worker = Worker(Group())
-    worker.local.quick = True
+    worker.local.node_seconds = 0.00001
     worker.local.streak = STREAK - 2
     assert worker.runs.want() == 2
     worker.local.streak = STREAK
@@ -95,7 +99,7 @@ def test_a_run_never_passes_the_streak() -> None:
 def test_a_run_commits_its_completions_together_and_carries_on_with_the_next() -> None:
     group = Group(next_claims=[claim("b5"), claim("b6")])
     worker = Worker(group)
-    worker.local.quick, worker.local.more = True, [claim("b2"), claim("b3")]
+    worker.local.node_seconds, worker.local.more = 0.00001, [claim("b2"), claim("b3")]
     taken = worker.runs.carry_on(claim("b1"))
     # b1..b3 ran as a run, committed in one call, whose last took b5 and b6: run too,
     # then committed (taking nothing more: Group hands its claims out once).
@@ -110,7 +114,7 @@ def test_a_run_commits_its_completions_together_and_carries_on_with_the_next() -
 def test_a_run_that_raises_commits_what_ran_and_gives_back_what_did_not() -> None:
     group = Group(next_claims=[claim("b9")])
     worker = Worker(group, raise_on="b3")
-    worker.local.quick, worker.local.more = True, [claim("b2"), claim("b3"), claim("b4")]
+    worker.local.node_seconds, worker.local.more = 0.00001, [claim("b2"), claim("b3"), claim("b4")]
     with pytest.raises(RuntimeError, match="b3 broke"):
         worker.runs.carry_on(claim("b1"))
     assert worker.ran == ["b1", "b2"]
@@ -122,7 +126,7 @@ def test_a_run_that_raises_commits_what_ran_and_gives_back_what_did_not() -> Non
 def test_a_run_whose_commit_fails_raises_its_error() -> None:
     group = Group(fail=ConnectionError("database away"))
     worker = Worker(group)
-    worker.local.quick, worker.local.more = True, [claim("b2")]
+    worker.local.node_seconds, worker.local.more = 0.00001, [claim("b2")]
     with pytest.raises(ConnectionError, match="database away"):
         worker.runs.carry_on(claim("b1"))
     assert worker.ran == ["b1", "b2"]
