@@ -510,7 +510,7 @@ class DagRuns(Protocol):
         Raises:
             ValueError: ``take`` is not allowed for the decision
                 (``dag_interpret.hand_off`` / ``takes_sibling``), a group larger than
-                ``dag_group_most``, or more siblings than the group's completions.
+                ``dag_group_most``, or more siblings than that.
             ConcurrencyConflict: the instance is no longer at ``commit.version`` (and,
                 with blockers, they no longer vouch for the decision).
         """

@@ -182,8 +182,10 @@ def dag_apply_params(commit: DagCommit, encode: Encode) -> dict[str, Any]:
         "events": encode(new_event_dicts(d.events)),
         "finish": d.finish,
         "done": d.done,
-        "also_done": dumps(d.also_done) if d.also_done else "[]",  # a group's (PostgreSQL)
-        "sib_n": 1,  # a group's: one sibling for each of its workers
+        "also_done": dumps(d.also_done) if d.also_done else "[]",  # a group's
+        "also_n": len(d.also_done),  # SQLite skips its DELETE without any
+        "sib_n": 1,  # a group's: one sibling for each of its workers, or a run's several
+        "ev_top": None,  # SQLite: the newest seq before the siblings' NODE_STARTED (a probe)
         "sib_tokens": "[]",
         "retry": None if retry is None else retry.node,
         "retry_delay": 0.0 if retry is None else retry.delay,

@@ -23,8 +23,8 @@ class DagCommits(SqlReads):
     """Seconds a DAG node task a commit dispatches is its runner's alone (0: anyone's)."""
 
     dag_group_most: int = 1
-    """The most node completions of one instance a ``dag_commit`` carries (1: no groups;
-    ``DagRuns.dag_group_most``)."""
+    """The most node completions of one instance a ``dag_commit`` carries, and siblings it
+    takes (1: no groups; ``DagRuns.dag_group_most``)."""
 
     def _lone_commit(self) -> AbstractContextManager[Any]:
         """A connection for a commit that shares no statement with another: a DAG node's.

@@ -33,6 +33,7 @@ class SQLiteStore(SQLiteConnections):
 
     dialect = "sqlite"
     json_decoded = False  # JSON columns are TEXT: decoded by the records
+    dag_group_most = 32  # a group's or a run's completions in one commit (runtime/dag_group.py)
 
     # -- decisions ------------------------------------------------------------------------
     def _head(self, moves: bool) -> str:

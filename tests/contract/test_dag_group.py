@@ -2,11 +2,12 @@
 and PostgreSQL: several completions of one instance, decided in turn
 (``core.dag_group.decide``) and merged, in one commit that deletes each completed node's
 task and leases the next due branch to each of the group's workers (or a run of them to
-one worker). PostgreSQL carries groups; SQLite refuses one (``dag_group_most`` 1) and
-writes nothing."""
+one worker). Both stores carry groups (``dag_group_most`` 32; SQLite since session 62),
+and refuse a larger one, writing nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -69,14 +70,6 @@ def test_a_group_commits_its_completions_and_takes_a_branch_for_each_worker(
     commit = grouped(store, iid, claims)
     assert commit.decision.done in done
     assert set(commit.decision.also_done) == done - {commit.decision.done}
-    if store.dag_group_most < 2:
-        with pytest.raises(ValueError, match="2 completions"):
-            store.dag_commit(commit, take="sibling", lease=300, siblings=2)
-        snap = store.dag_snapshot(iid)
-        assert snap is not None
-        assert snap.instance.version == commit.version  # nothing written
-        assert done <= set(snap.open_slots)
-        return
     applied = store.dag_commit(
         commit, take="sibling", lease=300, incarnation="host:1:abc", siblings=2
     )
@@ -112,10 +105,6 @@ def test_a_group_commits_its_completions_and_takes_a_branch_for_each_worker(
 def test_a_group_takes_no_more_branches_than_are_due(store: Store) -> None:
     iid, claims = branches(store, 4)
     commit = grouped(store, iid, claims)
-    if store.dag_group_most < 2:
-        with pytest.raises(ValueError, match="4 completions"):
-            store.dag_commit(commit, take="sibling", lease=300, siblings=4)
-        return
     applied = store.dag_commit(commit, take="sibling", lease=300, siblings=4)
     # One branch was left: the first worker gets it, the others claim.
     assert applied.task is not None
@@ -130,13 +119,6 @@ def test_a_lone_commit_takes_a_run_of_branches_for_its_worker(store: Store) -> N
     # under a token of its own with its NODE_STARTED written, as a claim would.
     iid, claims = branches(store, 1)
     commit = runs.completion(store, claims[0], {}, GRAPH)
-    if store.dag_group_most < 2:
-        with pytest.raises(ValueError, match="3 siblings"):
-            store.dag_commit(commit, take="sibling", lease=300, siblings=3)
-        snap = store.dag_snapshot(iid)
-        assert snap is not None
-        assert snap.instance.version == commit.version  # nothing written
-        return
     applied = store.dag_commit(
         commit, take="sibling", lease=300, incarnation="host:1:abc", siblings=3
     )
@@ -153,6 +135,20 @@ def test_a_lone_commit_takes_a_run_of_branches_for_its_worker(store: Store) -> N
     # One branch of five is left due (one done, three taken).
     [left] = store.dag_claim(worker="w2", types=[FAN.type], lease=300)
     assert left.task.slot not in slots | {claims[0].task.slot}
+
+
+def test_a_group_larger_than_the_store_carries_is_refused(store: Store) -> None:
+    iid, claims = branches(store, 2)
+    commit = grouped(store, iid, claims)
+    too_many = tuple(f"x{i}" for i in range(store.dag_group_most))
+    big = DagCommit(
+        iid, commit.version, replace(commit.decision, also_done=too_many), commit.worker
+    )
+    with pytest.raises(ValueError, match=f"{store.dag_group_most + 1} completions"):
+        store.dag_commit(big)
+    snap = store.dag_snapshot(iid)
+    assert snap is not None
+    assert snap.instance.version == commit.version  # nothing written
 
 
 def test_more_siblings_than_a_group_may_carry_are_refused(store: Store) -> None:

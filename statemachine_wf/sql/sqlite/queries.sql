@@ -731,27 +731,42 @@ WHERE id = :id
 DELETE FROM wf_tasks WHERE instance_id = :id AND :finish;
 -- only when :done
 DELETE FROM wf_tasks WHERE instance_id = :id AND slot = :done;
+-- A group's (runtime/dag_group.py) other completed nodes, :also_done (a JSON array).
+-- only when :also_n
+DELETE FROM wf_tasks
+WHERE :also_n > 0 AND instance_id = :id AND slot IN (SELECT value FROM json_each(:also_done));
+-- The decision's events are the instance's newest (under the writer lock): the newest
+-- seq before the siblings' NODE_STARTED, for the seqs the SELECT below returns. Its
+-- lookup goes down an index, whatever the log's length (a search of the log for them was
+-- linear in it, and a fan-out's branch commits quadratic in its width).
+-- only when :sib_token
+-- sets :ev_top
+SELECT max(seq) FROM wf_events WHERE instance_id = :id;
 -- only when :retry
 UPDATE wf_tasks
 SET due_at = :now + :retry_delay, failures = :retry_failures, in_flight = 0, lease_owner = NULL
 WHERE instance_id = :id AND slot = :retry AND lease_owner = :worker;
--- With :sib_token (dag_apply_sibling): another node task of this instance, due now, taken
--- for the committing worker as dag_claim takes it (before the dispatched tasks are added:
--- not one of those, as on PostgreSQL).
+-- With :sib_token (dag_apply_sibling): up to :sib_n other node tasks of this instance, due
+-- now, taken as dag_claim takes them (before the dispatched tasks are added: not one of
+-- those, as on PostgreSQL), each under its own token of :sib_tokens (the first is
+-- :sib_token): one for each worker of a group, or a run of branches for one worker.
 -- only when :sib_token
 UPDATE wf_tasks
-SET lease_owner = :worker, lease_token = :sib_token, due_at = :now + :lease,
-    attempt = attempt + 1, in_flight = 1
-WHERE id = (SELECT id FROM wf_tasks
-            WHERE :sib_token IS NOT NULL AND instance_id = :id AND kind = 'dag'
-              AND due_at <= :now
-            ORDER BY priority, due_at LIMIT 1);
+SET lease_owner = :worker, lease_token = json_extract(:sib_tokens, '$[' || (s.rn - 1) || ']'),
+    due_at = :now + :lease, attempt = attempt + 1, in_flight = 1
+FROM (SELECT id, row_number() OVER (ORDER BY priority, due_at, id) AS rn FROM wf_tasks
+      WHERE :sib_token IS NOT NULL AND instance_id = :id AND kind = 'dag' AND due_at <= :now
+      ORDER BY priority, due_at, id LIMIT :sib_n) AS s
+WHERE wf_tasks.id = s.id;
 -- only when :sib_token
 INSERT OR IGNORE INTO wf_events (instance_id, node, event_type, attempt, payload, worker,
                                  created_at)
 SELECT instance_id, slot, 'NODE_STARTED', attempt, json_object('failures', failures), :worker,
        :now
-FROM wf_tasks WHERE :sib_token IS NOT NULL AND instance_id = :id AND lease_token = :sib_token;
+FROM wf_tasks
+WHERE :sib_token IS NOT NULL AND instance_id = :id
+  AND lease_token IN (SELECT value FROM json_each(:sib_tokens))
+ORDER BY due_at, id;
 -- With :token (dag_apply_take: one task, due now), the task is leased to the committing
 -- worker as dag_claim leases it, its try counted; the decision's last event is its
 -- NODE_STARTED.
@@ -771,22 +786,23 @@ SELECT (SELECT version FROM wf_instances WHERE id = :id) AS version,
                            'lease_owner', t.lease_owner, 'lease_token', t.lease_token)
         FROM wf_tasks t WHERE coalesce(:token, :sib_token) IS NOT NULL AND t.instance_id = :id
                               AND t.lease_token = coalesce(:token, :sib_token)) AS taken,
+       (SELECT json_group_array(json_object(
+                   'id', t.id, 'instance_id', t.instance_id, 'slot', t.slot,
+                   'node', t.node, 'kind', t.kind, 'type', t.type,
+                   'priority', t.priority, 'due_at', t.due_at, 'attempt', t.attempt,
+                   'in_flight', t.in_flight, 'failures', t.failures,
+                   'lease_owner', t.lease_owner, 'lease_token', t.lease_token))
+        FROM wf_tasks t WHERE :sib_n > 1 AND t.instance_id = :id
+                              AND t.lease_token IN (SELECT value FROM json_each(:sib_tokens))
+                              AND t.lease_token <> :sib_token) AS more_taken,
        -- The seqs of the decision's :n_events events, for the committer to fold them into
        -- its cached view (SqlStore.dag_commit): under the writer lock they are the
-       -- instance's newest, but for the sibling's NODE_STARTED, written after them, so
-       -- the newest event when there is one (skipped then: OFFSET 1). Both lookups go down
-       -- an index, whatever the log's length: a search of the log for that event was
-       -- linear in it, and a fan-out's branch commits quadratic in its width.
+       -- instance's newest, but for the siblings' NODE_STARTED, written after them
+       -- (:ev_top, probed before those).
        (SELECT json_group_array(seq) FROM (
-            SELECT seq FROM wf_events WHERE instance_id = :id ORDER BY seq DESC
-            LIMIT :n_events OFFSET (
-                SELECT count(*)
-                FROM (SELECT node, attempt, event_type FROM wf_events
-                      WHERE instance_id = :id ORDER BY seq DESC LIMIT 1) AS newest
-                JOIN wf_tasks t ON t.instance_id = :id AND t.slot = newest.node
-                                   AND t.attempt = newest.attempt
-                WHERE :sib_token IS NOT NULL AND newest.event_type = 'NODE_STARTED'
-                  AND t.lease_token = :sib_token))) AS seqs;
+            SELECT seq FROM wf_events
+            WHERE instance_id = :id AND (:ev_top IS NULL OR seq <= :ev_top)
+            ORDER BY seq DESC LIMIT :n_events)) AS seqs;
 
 -- name: dag_save
 INSERT INTO wf_dag_definitions (name, version, definition, created_at)

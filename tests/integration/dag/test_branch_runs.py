@@ -1,9 +1,8 @@
 """A worker's run of a fan-out's branches (runtime/dag_batch.py), with a real runner: after
 a quick branch (well inside ``BUDGET``), the worker's commit takes ``RUN`` due branches,
 runs them one after another and commits their completions in one statement, which takes
-its next run. On
-PostgreSQL (which commits groups); SQLite takes one branch a commit, as before. Every
-branch completes once, the join runs once, and what the instance computed is whole."""
+its next run. On both stores. Every branch completes once, the join runs once, and what
+the instance computed is whole."""
 
 from __future__ import annotations
 
@@ -116,9 +115,6 @@ def test_quick_branches_run_in_runs_committed_together(store: Store) -> None:
         ["s", *(f"b{i}" for i in range(WIDTH)), "join", "e"], 1
     )
     branch_commits = [c for c in recorded.commits if c[0][0].startswith("b")]
-    if store.dag_group_most < 2:  # SQLite: one branch a commit, one taken
-        assert all(len(done) == 1 and asked <= 1 for done, asked, _ in branch_commits)
-        return
     # A run: RUN branches taken by one commit, then their RUN completions in one.
     assert any(asked == RUN and leased == RUN for _, asked, leased in branch_commits)
     assert any(len(done) == RUN for done, _, _ in branch_commits)
@@ -126,9 +122,9 @@ def test_quick_branches_run_in_runs_committed_together(store: Store) -> None:
     assert len(branch_commits) <= WIDTH // 2
 
 
-def test_slow_branches_take_one_branch_a_commit(pg_store: Store) -> None:
+def test_slow_branches_take_one_branch_a_commit(store: Store) -> None:
     definition, registry = fan(WIDTH, pause=2 * BUDGET)
-    recorded = Recorded(pg_store)
+    recorded = Recorded(store)
     history = run(recorded, definition, registry)
     each_once(history)
     branch_commits = [c for c in recorded.commits if c[0][0].startswith("b")]
@@ -150,21 +146,21 @@ def test_a_branch_failing_in_a_run_is_retried_and_the_run_commits(store: Store) 
 
 
 @pytest.mark.parametrize("runs", [True, False], ids=["quick", "slow"])
-def test_a_runner_stopped_mid_fan_out_loses_no_branch(pg_store: Store, runs: bool) -> None:
+def test_a_runner_stopped_mid_fan_out_loses_no_branch(store: Store, runs: bool) -> None:
     """Stop (not a crash) while runs are under way: what ran is committed, the branches
     taken and not run are given back (the heartbeat would keep their leases), and a second
     runner finishes the instance at once, each branch completed once."""
     definition, registry = fan(WIDTH, pause=0.0 if runs else 2 * BUDGET)
-    client = DagClient(pg_store)
+    client = DagClient(store)
     iid = client.start(definition, {})
-    first = Runner(pg_store, [], dags=registry, options=RunnerOptions(concurrency=2))
+    first = Runner(store, [], dags=registry, options=RunnerOptions(concurrency=2))
     first.start()
     deadline = time.monotonic() + 30
     while counted(client.history(iid), Ev.NODE_COMPLETED).total() < WIDTH // 3:
         assert time.monotonic() < deadline
         time.sleep(0.001)
     first.stop(timeout=10)
-    second = Runner(pg_store, [], dags=registry, options=RunnerOptions(concurrency=2))
+    second = Runner(store, [], dags=registry, options=RunnerOptions(concurrency=2))
     second.start()
     try:
         # Well inside the lease (30 s): nothing was left leased to the stopped runner.

@@ -15,16 +15,17 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
-from statemachine_wf import Status
+from statemachine_wf import Status, open_store
+from statemachine_wf.core.store import Store
 from statemachine_wf.dag import DagClient
 from statemachine_wf.runtime.dag_batch import RUN
-from statemachine_wf.stores.postgres import PostgresStore
 
 from . import helpers as h
-from .test_concurrency import _per_node, _wait_all, marked_fan_out
+from .test_concurrency import _wait_all, marked_fan_out
 
 INSTANCES, WIDTH, THREADS = 16, 30, 8
 
@@ -33,27 +34,46 @@ def _marked(marks: Path) -> int:
     return len(marks.read_text().split("\n")) - 1 if marks.exists() else 0
 
 
-def _runs_by(store: PostgresStore, pid: int) -> int:
-    """Commits of ``pid``'s runner that completed one node and took several: a run."""
-    with store._conn() as conn:
-        row = conn.execute(
-            "SELECT count(*) AS n FROM (SELECT instance_id, created_at FROM wf_events"
-            " WHERE worker LIKE %s GROUP BY instance_id, created_at"
-            " HAVING count(*) FILTER (WHERE event_type = 'NODE_COMPLETED') = 1"
-            " AND count(*) FILTER (WHERE event_type = 'NODE_STARTED') >= 2) AS r",
-            (f"%:{pid}:%",),
-        ).fetchone()
-    assert row is not None
+def _rows(store: Store, sql: str, *params: object) -> list[Any]:
+    """The raw rows of ``sql`` (``?`` placeholders) on either store."""
+    if store.dialect == "postgres":
+        sql = sql.replace("?", "%s")
+    with cast(Any, store)._conn() as conn:
+        return list(conn.execute(sql, params).fetchall())
+
+
+def _runs_by(store: Store, pid: int) -> int:
+    """Commits of ``pid``'s runner that completed one node and took several: a run (a
+    commit's events share its transaction's time)."""
+    [row] = _rows(
+        store,
+        "SELECT count(*) AS n FROM (SELECT instance_id, created_at FROM wf_events"
+        " WHERE worker LIKE ? GROUP BY instance_id, created_at"
+        " HAVING count(*) FILTER (WHERE event_type = 'NODE_COMPLETED') = 1"
+        " AND count(*) FILTER (WHERE event_type = 'NODE_STARTED') >= 2) AS r",
+        f"%:{pid}:%",
+    )
     return int(row["n"])
 
 
-@pytest.mark.postgres
+def _per_node(store: Store, event_type: str) -> Counter[tuple[str, str]]:
+    rows = _rows(
+        store,
+        "SELECT CAST(instance_id AS TEXT) AS i, node, count(*) AS n FROM wf_events"
+        " WHERE event_type = ? GROUP BY instance_id, node",
+        event_type,
+    )
+    return Counter({(r["i"], r["node"]): int(r["n"]) for r in rows})
+
+
 @pytest.mark.slow
 @pytest.mark.crash
 def test_a_runner_killed_with_runs_of_branches_in_flight_loses_nothing(
-    pg_dsn: str, pg_schema: str, tmp_path: Path
+    store_url: tuple[str, dict[str, str]], tmp_path: Path
 ) -> None:
-    store = PostgresStore(pg_dsn, schema=pg_schema)
+    url, options = store_url
+    schema = options.get("schema", "-")
+    store = open_store(url, **options)
     store.migrate()
     marks = tmp_path / "marks.txt"
     nodes = WIDTH + 1  # the branches and the join mark; the start and the end don't
@@ -61,9 +81,9 @@ def test_a_runner_killed_with_runs_of_branches_in_flight_loses_nothing(
         client = DagClient(store)
         definition = marked_fan_out(WIDTH)
         ids = [client.start(definition, {"run": f"k{i}"}) for i in range(INSTANCES)]
-        with h.runner_processes(
-            pg_dsn, pg_schema, marks, count=1, concurrency=THREADS, lease=2.0
-        ) as [victim]:
+        with h.runner_processes(url, schema, marks, count=1, concurrency=THREADS, lease=2.0) as [
+            victim
+        ]:
             # Killed once a third of the node runs are done: its threads are then running
             # branches, several taken at a time, and committing them.
             deadline = time.monotonic() + 60
@@ -75,7 +95,7 @@ def test_a_runner_killed_with_runs_of_branches_in_flight_loses_nothing(
         assert _marked(marks) < INSTANCES * nodes, "the victim finished before its kill"
         assert _runs_by(store, victim.pid) > 0, "the victim never took a run of branches"
 
-        with h.runner_processes(pg_dsn, pg_schema, marks, count=1, concurrency=THREADS):
+        with h.runner_processes(url, schema, marks, count=1, concurrency=THREADS):
             _wait_all(client, ids, timeout=120)
 
         assert {client.get(i).status for i in ids} == {Status.COMPLETED}

@@ -1,4 +1,4 @@
-"""Group commit of a fan-out's branches (runtime/dag_group.py), on PostgreSQL with a real
+"""Group commit of a fan-out's branches (runtime/dag_group.py), on both stores with a real
 runner: branches of one instance that finish while another of the runner's threads
 commits are committed together, in one statement, each of their workers leased its next
 branch in it; every branch completes once and the join runs once."""
@@ -11,11 +11,10 @@ from collections import Counter
 from typing import Any
 
 from statemachine_wf import Runner, RunnerOptions, Status
-from statemachine_wf.core.store import DagApplied, DagCommit
+from statemachine_wf.core.store import DagApplied, DagCommit, Store
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition, Registry
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.runtime.dag_batch import BUDGET
-from statemachine_wf.stores.postgres import PostgresStore
 
 WORKERS = 4
 
@@ -25,7 +24,7 @@ class SlowFirstCommit:
     the other workers finish theirs and queue), and each commit is recorded: the nodes
     it completed, the siblings asked for, the tasks it leased."""
 
-    def __init__(self, store: PostgresStore, hold: float = 0.3) -> None:
+    def __init__(self, store: Store, hold: float = 0.3) -> None:
         self.store = store
         self.hold = hold
         self.commits: list[tuple[list[str], int, int]] = []
@@ -99,27 +98,27 @@ def once_each(history: list[Any], width: int) -> None:
         assert counted == dict.fromkeys(nodes, 1), event
 
 
-def test_branches_finishing_together_commit_in_one_statement(pg_store: PostgresStore) -> None:
+def test_branches_finishing_together_commit_in_one_statement(store: Store) -> None:
     definition, registry = fan(WORKERS)
-    store = SlowFirstCommit(pg_store)
-    history = run(store, definition, registry)
+    slow = SlowFirstCommit(store)
+    history = run(slow, definition, registry)
     once_each(history, WORKERS)
-    branch_commits = [done for done, _, _ in store.commits if done[0].startswith("b")]
+    branch_commits = [done for done, _, _ in slow.commits if done[0].startswith("b")]
     # The first waited; the three others queued meanwhile and went in one statement,
     # whose last completion dispatched the join (handed to its worker: e ran once).
     assert sorted(len(done) for done in branch_commits) == [1, WORKERS - 1]
-    assert pg_store.dag_group_most >= WORKERS
+    assert store.dag_group_most >= WORKERS
     assert [e.node for e in history if e.event_type == Ev.NODE_COMPLETED][-1] == "e"
 
 
-def test_a_group_leases_the_next_branch_to_each_of_its_workers(pg_store: PostgresStore) -> None:
+def test_a_group_leases_the_next_branch_to_each_of_its_workers(store: Store) -> None:
     width = 3 * WORKERS
     definition, registry = fan(width)
-    store = SlowFirstCommit(pg_store)
-    history = run(store, definition, registry)
+    slow = SlowFirstCommit(store)
+    history = run(slow, definition, registry)
     once_each(history, width)
-    groups = [(done, asked, leased) for done, asked, leased in store.commits if len(done) > 1]
-    assert groups, store.commits
+    groups = [(done, asked, leased) for done, asked, leased in slow.commits if len(done) > 1]
+    assert groups, slow.commits
     # The first wave's group asked a branch for each of its workers and got them all
     # (more branches were due than it had workers).
     done, asked, leased = groups[0]

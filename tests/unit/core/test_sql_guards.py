@@ -65,6 +65,7 @@ def test_the_dag_commit_and_the_timer_are_guarded() -> None:
         ("dag_tail", "done"),
         ("dag_tail", "retry"),
         ("dag_tail", "sib_token"),
+        ("dag_tail", "also_n"),
         ("dag_tail", "n_dispatch"),
         ("apply_signals", "timer_token"),
         ("apply_head", "status_unknown"),
@@ -94,6 +95,7 @@ def test_a_guarded_statement_changes_nothing_while_its_guard_is_unset(tmp_path: 
             status="FAILED", done="s", retry="s", sib_token="t", token=None, n_dispatch=1,
             finish=True, timer_token="tt", timer_due=0.0, retry_delay=0.0, retry_failures=1,
             dispatch='[{"node": "c", "delay": 0, "attempt": 0}]', settled="[]", dead="[]",
+            also_done='["a"]', also_n=1, sib_n=2, sib_tokens='["t", "t2"]',
         )  # fmt: skip
         params[guard] = {"finish": False, "n_dispatch": 0}.get(guard)  # as a decision unsets it
         if guard == "n_dispatch":  # the count of :dispatch: unset means an empty one
