@@ -445,3 +445,19 @@ def runner_processes(
                 proc.stdout.close()
         for f in logs:
             f.close()
+
+
+def marked(marks: Path) -> int:
+    """How many node runs the ``mark`` function recorded in ``marks`` (worker_main)."""
+    return len(marks.read_text().split("\n")) - 1 if marks.exists() else 0
+
+
+def kill_when_marked(victim: subprocess.Popen[bytes], marks: Path, runs: int) -> None:
+    """SIGKILL ``victim`` (a :func:`runner_processes` process) once ``runs`` node runs are
+    marked; within a minute, or the test fails."""
+    deadline = time.monotonic() + 60
+    while marked(marks) < runs:
+        assert time.monotonic() < deadline, f"the victim never marked {runs} runs"
+        time.sleep(0.002)
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait() == -signal.SIGKILL

@@ -6,7 +6,6 @@ the instance computed is whole."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from typing import Any
@@ -14,37 +13,16 @@ from typing import Any
 import pytest
 
 from statemachine_wf import Runner, RunnerOptions, Status
-from statemachine_wf.core.store import DagApplied, DagCommit, Store
+from statemachine_wf.core.store import Store
 from statemachine_wf.dag import DagBuilder, DagClient, DagDefinition, Registry
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.runtime.dag_batch import BUDGET, RUN
 
 from . import helpers as h
+from .test_group_commit import SlowFirstCommit
+from .test_group_commit import run as grouped_run
 
 WIDTH = 24
-
-
-class Recorded:
-    """The real store; each DAG commit recorded: the nodes it completed, the siblings it
-    asked for and the branches it leased."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.commits: list[tuple[list[str], int, int]] = []
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
-
-    def dag_commit(self, commit: DagCommit, **kw: Any) -> DagApplied:
-        applied: DagApplied = self.store.dag_commit(commit, **kw)
-        d = commit.decision
-        done = [n for n in (d.done, *d.also_done) if n is not None]
-        leased = len([t for t in (applied.task, *applied.more) if t is not None])
-        asked = kw.get("siblings", 1) if kw.get("take") == "sibling" else 0
-        with self._lock:
-            self.commits.append((done, asked, leased))
-        return applied
 
 
 def fan(width: int, *, pause: float = 0.0, fail: str = "") -> tuple[DagDefinition, Registry]:
@@ -82,19 +60,9 @@ def fan(width: int, *, pause: float = 0.0, fail: str = "") -> tuple[DagDefinitio
     return b.build(), registry
 
 
-def run(store: Recorded, definition: DagDefinition, registry: Registry) -> list[Any]:
-    client = DagClient(store.store)
+def run(store: SlowFirstCommit, definition: DagDefinition, registry: Registry) -> list[Any]:
     # One worker: each branch after the first comes through its own commits, not a claim.
-    runner = Runner(store, [], dags=registry, options=RunnerOptions(concurrency=1, idle_poll=0.2))
-    iid = client.start(definition, {})
-    runner.start()
-    try:
-        record = client.wait(iid, timeout=60)
-    finally:
-        runner.stop(timeout=10)
-    assert record.status == Status.COMPLETED
-    assert client.output(iid) == {"total": sum(range(WIDTH))}
-    return client.history(iid)
+    return grouped_run(store, definition, registry, 1, {"total": sum(range(WIDTH))})
 
 
 def counted(history: list[Any], event: str) -> Counter[str]:
@@ -108,7 +76,7 @@ def each_once(history: list[Any]) -> None:
 
 def test_quick_branches_run_in_runs_committed_together(store: Store) -> None:
     definition, registry = fan(WIDTH)
-    recorded = Recorded(store)
+    recorded = SlowFirstCommit(store, hold=0.0)
     history = run(recorded, definition, registry)
     each_once(history)
     assert counted(history, Ev.NODE_STARTED) == dict.fromkeys(
@@ -124,7 +92,7 @@ def test_quick_branches_run_in_runs_committed_together(store: Store) -> None:
 
 def test_slow_branches_take_one_branch_a_commit(store: Store) -> None:
     definition, registry = fan(WIDTH, pause=2 * BUDGET)
-    recorded = Recorded(store)
+    recorded = SlowFirstCommit(store, hold=0.0)
     history = run(recorded, definition, registry)
     each_once(history)
     branch_commits = [c for c in recorded.commits if c[0][0].startswith("b")]
@@ -136,7 +104,7 @@ def test_a_branch_failing_in_a_run_is_retried_and_the_run_commits(store: Store) 
     # b3 is in the first run (b1.. after b0 was claimed): its failure commits on its
     # own (a retry), the run's other completions together; b3 runs again later.
     definition, registry = fan(WIDTH, fail="b3")
-    recorded = Recorded(store)
+    recorded = SlowFirstCommit(store, hold=0.0)
     history = run(recorded, definition, registry)
     each_once(history)
     started = counted(history, Ev.NODE_STARTED)

@@ -11,8 +11,6 @@ worth of branches a thread runs twice.
 
 from __future__ import annotations
 
-import signal
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, cast
@@ -28,10 +26,6 @@ from . import helpers as h
 from .test_concurrency import _wait_all, marked_fan_out
 
 INSTANCES, WIDTH, THREADS = 16, 30, 8
-
-
-def _marked(marks: Path) -> int:
-    return len(marks.read_text().split("\n")) - 1 if marks.exists() else 0
 
 
 def _rows(store: Store, sql: str, *params: object) -> list[Any]:
@@ -86,13 +80,8 @@ def test_a_runner_killed_with_runs_of_branches_in_flight_loses_nothing(
         ]:
             # Killed once a third of the node runs are done: its threads are then running
             # branches, several taken at a time, and committing them.
-            deadline = time.monotonic() + 60
-            while _marked(marks) < INSTANCES * nodes // 3:
-                assert time.monotonic() < deadline, "the victim never got a third of the way"
-                time.sleep(0.002)
-            victim.send_signal(signal.SIGKILL)
-            assert victim.wait() == -signal.SIGKILL
-        assert _marked(marks) < INSTANCES * nodes, "the victim finished before its kill"
+            h.kill_when_marked(victim, marks, INSTANCES * nodes // 3)
+        assert h.marked(marks) < INSTANCES * nodes, "the victim finished before its kill"
         assert _runs_by(store, victim.pid) > 0, "the victim never took a run of branches"
 
         with h.runner_processes(url, schema, marks, count=1, concurrency=THREADS):

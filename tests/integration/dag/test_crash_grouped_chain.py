@@ -12,8 +12,6 @@ transaction's ``now()``.
 
 from __future__ import annotations
 
-import signal
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -27,10 +25,6 @@ from . import helpers as h
 from .test_concurrency import _per_node, _wait_all, marked_linear
 
 INSTANCES, DEPTH, THREADS = 16, 30, 8
-
-
-def _marked(marks: Path) -> int:
-    return len(marks.read_text().split("\n")) - 1 if marks.exists() else 0
 
 
 def _grouped_by(store: PostgresStore, pid: int) -> int:
@@ -64,13 +58,8 @@ def test_a_runner_killed_with_grouped_dag_commits_in_flight_loses_nothing(
         ) as [victim]:
             # Killed once a third of the node runs are done: its eight threads are then
             # running nodes and committing them, several instances a statement.
-            deadline = time.monotonic() + 60
-            while _marked(marks) < INSTANCES * DEPTH // 3:
-                assert time.monotonic() < deadline, "the victim never got a third of the way"
-                time.sleep(0.002)
-            victim.send_signal(signal.SIGKILL)
-            assert victim.wait() == -signal.SIGKILL
-        assert _marked(marks) < INSTANCES * DEPTH, "the victim finished before its kill"
+            h.kill_when_marked(victim, marks, INSTANCES * DEPTH // 3)
+        assert h.marked(marks) < INSTANCES * DEPTH, "the victim finished before its kill"
         assert _grouped_by(store, victim.pid) > 0, "the victim never grouped a statement"
 
         with h.runner_processes(pg_dsn, pg_schema, marks, count=1, concurrency=THREADS):

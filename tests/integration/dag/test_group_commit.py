@@ -76,11 +76,19 @@ def fan(width: int) -> tuple[DagDefinition, Registry]:
     return b.build(), registry
 
 
-def run(store: SlowFirstCommit, definition: DagDefinition, registry: Registry) -> list[Any]:
+def run(
+    store: SlowFirstCommit,
+    definition: DagDefinition,
+    registry: Registry,
+    workers: int = WORKERS,
+    output: dict[str, Any] | None = None,
+) -> list[Any]:
+    """Run one instance of ``definition`` to its end on a runner of ``workers``; its
+    history (its ``output`` checked, when given)."""
     client = DagClient(store.store)
     iid = client.start(definition, {})
     runner = Runner(
-        store, [], dags=registry, options=RunnerOptions(concurrency=WORKERS, idle_poll=0.2)
+        store, [], dags=registry, options=RunnerOptions(concurrency=workers, idle_poll=0.2)
     )
     runner.start()
     try:
@@ -88,6 +96,8 @@ def run(store: SlowFirstCommit, definition: DagDefinition, registry: Registry) -
     finally:
         runner.stop(timeout=10)
     assert record.status == Status.COMPLETED
+    if output is not None:
+        assert client.output(iid) == output
     return client.history(iid)
 
 
