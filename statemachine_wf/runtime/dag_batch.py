@@ -46,8 +46,7 @@ worker as before."""
 
 class BranchRuns:
     """One executor's runs of branches; ``local`` is its per-worker state (``streak``,
-    ``took``, ``node_seconds``: what its last node function took, ``more``: the further
-    claims the last commit took).
+    ``node_seconds``: what its last node function took).
 
     Args:
         run: runs one node task, queuing a plain completion on the list it is given.
@@ -82,23 +81,18 @@ class BranchRuns:
         fits = int(BUDGET / max(seconds, 1e-6))
         return max(1, min(RUN, fits, STREAK - getattr(local, "streak", 0)))
 
-    def carry_on(self, taken: Claim | None) -> Claim | None:
-        """After a commit took ``taken`` and more (``local.more``) for this worker, run
-        them as a run, and the run its commit takes, while one does; the next single
-        claim (or None) is the runner's to run next."""
-        local = self._local
-        more: list[Claim] = getattr(local, "more", [])
-        while taken is not None and more:
-            local.more = []
-            taken = self._run_branches([taken, *more])
-            more = getattr(local, "more", [])
-        local.more = []
+    def carry_on(self, taken: list[Claim]) -> list[Claim]:
+        """After a commit took ``taken`` for this worker: while it took several, run them
+        as a run, and the run its commit takes; the one (or none) left is the runner's to
+        run next (without group commit, a commit takes one at most: :meth:`want`)."""
+        group = self._group
+        while group is not None and len(taken) > 1:
+            taken = self._run_branches(group, taken)
         return taken
 
-    def _run_branches(self, claims: list[Claim]) -> Claim | None:
+    def _run_branches(self, group: Grouper, claims: list[Claim]) -> list[Claim]:
         """Run ``claims`` (one instance's branches, leased to this worker) in turn, commit
-        their plain completions together; the first branch that commit took (the rest
-        in ``local.more``)."""
+        their plain completions together; the branches that commit took for it."""
         local = self._local
         instance_id = claims[0].instance.id
         queued: list[Pending] = []
@@ -106,7 +100,6 @@ class BranchRuns:
         try:
             for claim in claims:
                 local.streak = getattr(local, "streak", 0) + 1
-                local.took = None
                 ran += 1
                 with self._node(claim):
                     self._run(claim, queued)
@@ -115,23 +108,21 @@ class BranchRuns:
                 self._unrun(claim)
             if queued:
                 queued[-1].free = False
-                self._commit_all(instance_id, queued)
+                self._commit_all(group, instance_id, queued)
             raise
         if not queued:
-            return None
+            return []
         last = queued[-1]
         last.free, last.want = self._free(), self.want()
-        error = self._commit_all(instance_id, queued)
+        error = self._commit_all(group, instance_id, queued)
         if error is not None:
             raise error
-        local.took, local.more = last.claim, last.more
-        return last.claim
+        return [last.claim, *last.more] if last.claim is not None else []
 
-    def _commit_all(self, instance_id: str, queued: list[Pending]) -> Exception | None:
+    @staticmethod
+    def _commit_all(group: Grouper, instance_id: str, queued: list[Pending]) -> Exception | None:
         """Commit ``queued``; the first error of its items (the others logged), or None."""
-        if self._group is None:  # want() takes no run then
-            raise RuntimeError("a run of branches needs a store that commits groups")
-        self._group.submit_many(instance_id, queued)
+        group.submit_many(instance_id, queued)
         errors = [item.error for item in queued if item.error is not None]
         for error in errors[1:]:
             log.warning("instance %s: a branch's commit failed: %r", instance_id, error)

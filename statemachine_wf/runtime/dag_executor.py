@@ -174,11 +174,13 @@ class DagExecutor:
         local.took = None
         with self.observer.node(claim):
             taken = self._run(claim)
-        return self._runs.carry_on(taken)  # a run of branches it took, if any
+        taken = self._runs.carry_on(taken)  # a run of branches it took, if any
+        took = local.took = taken[0] if taken else None
+        return took
 
-    def _run(self, claim: Claim, batch: list[Pending] | None = None) -> Claim | None:
-        """One node task; the next its commit took for this worker. ``batch``: a run of
-        branches (:mod:`.dag_batch`), where a plain completion is queued, not committed."""
+    def _run(self, claim: Claim, batch: list[Pending] | None = None) -> list[Claim]:
+        """One node task; what its commit took for this worker (several: a run of
+        branches, :mod:`.dag_batch`). ``batch``: a run's queue, for a plain completion."""
         instance_id, node = claim.instance.id, claim.task.slot
         entry = self._cache.entry(instance_id)
         with entry.lock:
@@ -210,7 +212,7 @@ class DagExecutor:
             ):
                 snap = self._cache.read(entry, instance_id)
                 if snap is None:
-                    return None  # deleted (a stopped test run): its tasks went with it
+                    return []  # deleted (a stopped test run): its tasks went with it
                 status = snap.instance.status
             elif older:
                 status = claim.instance.status
@@ -242,7 +244,7 @@ class DagExecutor:
                     taken=taken,
                     batch=batch,
                 )
-            return taken[0] if taken else None
+            return taken
         if terminal or done:
             # Over (the task only goes), or a result recorded but never scheduled (by an
             # older version, which wrote the two in separate commits): schedule only.
@@ -254,7 +256,7 @@ class DagExecutor:
                     graph, v, node, run, status=s.instance.status, open_slots=s.open_slots
                 ),
             )
-            return None
+            return []
         call = NodeCall(
             instance_id=instance_id,
             node=graph.nodes[node],
@@ -285,16 +287,16 @@ class DagExecutor:
             raise
         except ChildRunning as wait:
             self._park(claim, run, wait.child_id)
-            return None
+            return []
         except (Exception, PydanticSerializationError) as exc:
             failures.failed(self, graph, claim, run, exc)
-            return None
+            return []
         if result.delay > 0:
             # A timer (the delay node): the run completes only when the time has come, so
             # nothing downstream -- a join made ready later by another branch included --
             # can run before. Its task sleeps until then; no thread waits.
             self._wait(claim, run, result.delay, time.time() + result.delay, output)
-            return None
+            return []
         self.complete(
             instance_id,
             graph,
@@ -306,7 +308,7 @@ class DagExecutor:
             batch=batch,
         )
         observe.mark("completed")
-        return taken[0] if taken else None
+        return taken
 
     def complete(
         self,
@@ -360,18 +362,13 @@ class DagExecutor:
                 committed = self._commit_locked(entry, instance_id, decide, None, taken, free, want)
             finally:
                 entry.lock.release()
-            if taken:
-                self._local.took = taken[0]
-                self._local.more = taken[1:]
-                del taken[1:]
         else:
             # Committed with the completions of this runner's other threads queued on the
             # instance meanwhile (runtime/dag_group.py).
             item = self._group.submit(instance_id, decide, self._free(taken), self._runs.want())
             if item.claim is not None:
-                self._local.took = item.claim
-                self._local.more = item.more
                 taken.append(item.claim)
+                taken.extend(item.more)
             committed = item.result
         if not committed:
             log.info("instance %s: %s run %d result already recorded", instance_id, node, run)
@@ -492,8 +489,6 @@ class DagExecutor:
             committed = self._commit_locked(
                 entry, instance_id, make, snap, taken, self._free(taken)
             )
-        if taken:
-            self._local.took = taken[-1]
         return committed
 
     def _commit_locked(

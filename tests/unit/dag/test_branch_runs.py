@@ -82,9 +82,11 @@ def test_a_run_holds_what_fits_in_the_budget_and_only_with_groups() -> None:
     assert worker.runs.want() == 1
     worker.local.node_seconds = 0.0  # a clock that did not move
     assert worker.runs.want() == RUN
-    alone = Worker(None)  # a store that commits no groups (SQLite)
+    alone = Worker(None)  # a store that commits no groups
     alone.local.node_seconds = 0.00001
     assert alone.runs.want() == 1
+    one = claim("b1")
+    assert alone.runs.carry_on([one]) == [one]
 
 
 def test_a_run_never_passes_the_streak() -> None:
@@ -99,24 +101,23 @@ def test_a_run_never_passes_the_streak() -> None:
 def test_a_run_commits_its_completions_together_and_carries_on_with_the_next() -> None:
     group = Group(next_claims=[claim("b5"), claim("b6")])
     worker = Worker(group)
-    worker.local.node_seconds, worker.local.more = 0.00001, [claim("b2"), claim("b3")]
-    taken = worker.runs.carry_on(claim("b1"))
+    worker.local.node_seconds = 0.00001
+    taken = worker.runs.carry_on([claim("b1"), claim("b2"), claim("b3")])
     # b1..b3 ran as a run, committed in one call, whose last took b5 and b6: run too,
     # then committed (taking nothing more: Group hands its claims out once).
     assert worker.ran == ["b1", "b2", "b3", "b5", "b6"]
     assert group.batches[0] == [(False, 1), (False, 1), (True, RUN)]
     assert len(group.batches) == 2
-    assert taken is None
-    assert worker.local.more == []
+    assert taken == []
     assert worker.local.streak == 5
 
 
 def test_a_run_that_raises_commits_what_ran_and_gives_back_what_did_not() -> None:
     group = Group(next_claims=[claim("b9")])
     worker = Worker(group, raise_on="b3")
-    worker.local.node_seconds, worker.local.more = 0.00001, [claim("b2"), claim("b3"), claim("b4")]
+    worker.local.node_seconds = 0.00001
     with pytest.raises(RuntimeError, match="b3 broke"):
-        worker.runs.carry_on(claim("b1"))
+        worker.runs.carry_on([claim("b1"), claim("b2"), claim("b3"), claim("b4")])
     assert worker.ran == ["b1", "b2"]
     assert worker.unrun == ["b4"]  # b3's own claim is the runner's, as for any error
     # What ran is committed, and takes nothing for a worker that stops.
@@ -126,8 +127,16 @@ def test_a_run_that_raises_commits_what_ran_and_gives_back_what_did_not() -> Non
 def test_a_run_whose_commit_fails_raises_its_error() -> None:
     group = Group(fail=ConnectionError("database away"))
     worker = Worker(group)
-    worker.local.node_seconds, worker.local.more = 0.00001, [claim("b2")]
+    worker.local.node_seconds = 0.00001
     with pytest.raises(ConnectionError, match="database away"):
-        worker.runs.carry_on(claim("b1"))
+        worker.runs.carry_on([claim("b1"), claim("b2")])
     assert worker.ran == ["b1", "b2"]
     assert worker.unrun == []
+
+
+def test_one_claim_is_the_runners_to_run_next() -> None:
+    worker = Worker(Group())
+    only = claim("b1")
+    assert worker.runs.carry_on([only]) == [only]
+    assert worker.runs.carry_on([]) == []
+    assert worker.ran == []  # a single claim is not a run: the runner runs it
