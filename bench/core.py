@@ -191,17 +191,19 @@ def drop_store(spec: dict[str, Any]) -> None:
 
 
 def precreate(spec: dict[str, Any], n: int) -> float:
-    """Start ``n`` instances with Client.start, sequentially; returns the seconds taken."""
+    """Start ``n`` instances of the spec's workflow (``workload.WORKFLOWS``, default the
+    three steps) with Client.start, sequentially; returns the seconds taken."""
     from statemachine_wf.client.machine import Client
 
-    from .workload import ThreeSteps
+    from .workload import WORKFLOWS
 
+    workflow = WORKFLOWS[spec.get("workflow", "three")]
     store = open_store(spec)
     client = Client(store)
     warm_pool(store, 1)
     t0 = time.perf_counter()
     for i in range(n):
-        client.start(ThreeSteps, {"n": i})
+        client.start(workflow, {"n": i})
     elapsed = time.perf_counter() - t0
     store.close()
     return elapsed
@@ -447,8 +449,9 @@ def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any
     from statemachine_wf.client.machine import Client
     from statemachine_wf.runtime.runner import Runner, RunnerOptions
 
-    from .workload import ThreeSteps
+    from .workload import WORKFLOWS
 
+    workflow = WORKFLOWS[spec.get("workflow", "three")]
     spec = dict(spec, app=f"swfbench-{os.getpid()}")
     store = open_store(spec)
     store.migrate()
@@ -460,7 +463,7 @@ def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any
         observer = Observer(WorkerMetrics())
     runner = Runner(
         store,
-        [ThreeSteps],
+        [workflow],
         options=RunnerOptions(concurrency=spec["concurrency"]),
         observer=observer,
     )
@@ -479,7 +482,7 @@ def runner_child(spec: dict[str, Any], barrier: Any, stop: Any) -> dict[str, Any
     if host:
         runner.start()
     for i in range(produce):
-        client.start(ThreeSteps, {"n": i})
+        client.start(workflow, {"n": i})
     t_produced = time.perf_counter()
     stop.wait()
     cpu = time.process_time() - c0

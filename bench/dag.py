@@ -36,6 +36,7 @@ from statemachine_wf.dag import DagBuilder, DagDefinition, Registry
 from statemachine_wf.definition.events import Ev
 
 from . import core, targets
+from .workload import ROW
 
 WIDTH = 100
 DEPTH = 100
@@ -320,6 +321,36 @@ def run_steps(s: Settings, store: str, procs: int) -> Row:
     )
 
 
+def run_row(s: Settings, store: str, procs: int) -> Row:
+    """The chain's shape as a state machine: ``s.instances`` pre-created workflows of
+    ``workload.ROW`` steps in a row (``StepsInARow``), so a chain node is also compared
+    with a step at the same concurrency (a few instances, each one unit at a time), where
+    ``run_steps`` has a thousand workflows to group."""
+    cs = s.core()
+    spec = core._spec(cs, store, f"row_{procs}p")
+    spec["concurrency"] = s.pg_concurrency if store == "pg" else s.sqlite_concurrency
+    spec["workflow"] = "row"
+    core.fresh_store(spec)
+    try:
+        core.precreate(spec, s.instances)
+        with core.watcher(spec) as count:
+            elapsed, outs = core.run_group(
+                core.runner_child,
+                [dict(spec) for _ in range(procs)],
+                poll=count,
+                expect=s.instances,
+                timeout=s.timeout,
+                ends_counted=True,
+            )
+        extra: dict[str, Any] = dict(outs[-1], concurrency=spec["concurrency"])
+        if s.count:
+            extra["counts"] = core._summed([o.get("counts", {}) for o in outs])
+        name = f"steps in a row {store} {procs}p"
+        return Row(name, store, procs, "row", s.instances * ROW, elapsed, extra)
+    finally:
+        core.drop_store(spec)
+
+
 def run(s: Settings, log: Callable[[str], None]) -> list[Row]:
     own_tmp = not s.tmp
     if own_tmp:
@@ -331,6 +362,8 @@ def run(s: Settings, log: Callable[[str], None]) -> list[Row]:
                 jobs: list[tuple[str, Callable[[], Row]]] = [
                     (f"steps {store} {procs}p", partial(run_steps, s, store, procs))
                 ]
+                if "chain" in s.shapes:
+                    jobs.append((f"row {store} {procs}p", partial(run_row, s, store, procs)))
                 for shape in s.shapes:
                     job = partial(run_dag, s, store, procs, shape)
                     jobs.append((f"{shape} {store} {procs}p", job))
@@ -363,11 +396,12 @@ def counts_report(rows: list[Row]) -> str:
 
 def table(rows: list[Row], s: Settings) -> str:
     head = (
-        f"{'configuration':<28} {'rate':>12} {'vs step':>8} {'cpu ms/unit':>12}"
+        f"{'configuration':<28} {'rate':>12} {'vs step':>8} {'vs row':>7} {'cpu ms/unit':>12}"
         f" {'join p50/p99 ms':>16} {'busy':>5}"
     )
     lines = [head, "-" * len(head)]
     steps: dict[tuple[str, int], Row] = {}
+    in_a_row = {(r.store, r.procs): r for r in rows if r.shape == "row" and not r.error}
     for r in rows:
         if r.error:
             lines.append(f"{r.name:<28} ERROR: {r.error}")
@@ -375,8 +409,10 @@ def table(rows: list[Row], s: Settings) -> str:
         if r.shape == "steps":
             steps[(r.store, r.procs)] = r
         base = steps.get((r.store, r.procs))
-        unit = "steps/s" if r.shape == "steps" else "nodes/s"
+        unit = "steps/s" if r.shape in ("steps", "row") else "nodes/s"
         ratio = f"{r.rate / base.rate:.2f}" if base and r.shape != "steps" else ""
+        row = in_a_row.get((r.store, r.procs))
+        vs_row = f"{r.rate / row.rate:.2f}" if row and r.shape == "chain" else ""
         if r.shape == "slowfan":  # not a rate to compare: each fan-out's seconds
             ratio = "{:.2f}+{:.2f}s".format(*r.extra["stages"])
         join = ""
@@ -384,7 +420,8 @@ def table(rows: list[Row], s: Settings) -> str:
             join = f"{r.extra['join_p50_ms']:.1f}/{r.extra['join_p99_ms']:.1f}"
         busy = f"{100 * r.extra['busy']:.0f}%" if "busy" in r.extra else ""
         lines.append(
-            f"{r.name:<28} {r.rate:>6.0f} {unit:<5} {ratio:>8} {r.cpu_ms:>12} {join:>16} {busy:>5}"
+            f"{r.name:<28} {r.rate:>6.0f} {unit:<5} {ratio:>8} {vs_row:>7} {r.cpu_ms:>12}"
+            f" {join:>16} {busy:>5}"
         )
     lines.append("")
     sticky = "the default (1 s)" if s.dag_sticky is None else f"{s.dag_sticky} s"
@@ -393,12 +430,14 @@ def table(rows: list[Row], s: Settings) -> str:
         f"{node_count('fanout')} nodes; chain: {DEPTH} in a row, {node_count('chain')} nodes; "
         f"slowfan: one instance, 1 -> {SLOW_WIDTH} nodes of {SLOW_SECONDS} s -> join -> "
         f"{SLOW_WIDTH} more -> join -> end, each fan-out's seconds in the 'vs step' column); "
-        f"state machine: {s.steps_n} workflows x {core.STEPS} steps. Node function: "
+        f"state machine: {s.steps_n} workflows x {core.STEPS} steps; steps in a row (with "
+        f"the chain): {s.instances} workflows x {ROW} steps. Node function: "
         + ("noop_pooled (the runner's pool, 30 s timeout)" if s.pooled else "noop, inline")
         + f". DAG runners' dag_connections: {s.dag_connections}; dag_sticky: {sticky}.\n"
         f"Threads per runner process: pg {s.pg_concurrency}, sqlite {s.sqlite_concurrency}; "
         f"cpus={os.cpu_count()}. vs step: nodes/s over the state-machine steps/s of the same "
-        "store and process count.\ncpu ms/unit: runner processes (+ their postgres backends) "
+        "store and process count; vs row: the chain's nodes/s over the steps in a row's."
+        "\ncpu ms/unit: runner processes (+ their postgres backends) "
         "CPU per node or step; busy: whole-machine CPU during the run, other tenants included."
     )
     lines.append("")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import types
 from typing import Any
 
 from pydantic import BaseModel
@@ -48,3 +49,38 @@ class ThreeSteps(Workflow[BenchInput, BenchProgress]):
         if ENDED is not None:
             with ENDED.get_lock():
                 ENDED.value += 1
+
+
+ROW = 100
+"""Steps of :data:`StepsInARow`: the state machine shaped as ``bench dag``'s chain."""
+
+
+def _steps_in_a_row(k: int) -> type[Workflow[BenchInput, BenchProgress]]:
+    """A workflow of ``k`` no-op steps, ``s0`` to ``s{k-1}``, each handing to the next: the
+    chain's shape (one unit after another, each needing the last one's commit) as a state
+    machine, so a chain node is compared with a step at the same concurrency."""
+    steps: dict[str, Any] = {"workflow_type": f"bench.row{k}.v1", "__module__": __name__}
+    for i in range(k):
+        last = i == k - 1
+        following = COMPLETED if last else f"s{i + 1}"
+
+        def go(self: Any, ctx: Ctx, _to: str = following, _last: bool = last) -> str | None:
+            if _last and ENDED is not None:
+                with ENDED.get_lock():
+                    ENDED.value += 1
+            return None if _last else _to
+
+        go.__name__ = go.__qualname__ = f"s{i}"
+        steps[f"s{i}"] = step(initial=i == 0, to=following)(go)
+    return types.new_class(
+        "StepsInARow", (Workflow[BenchInput, BenchProgress],), exec_body=lambda ns: ns.update(steps)
+    )
+
+
+StepsInARow = _steps_in_a_row(ROW)
+
+WORKFLOWS: dict[str, type[Workflow[BenchInput, BenchProgress]]] = {
+    "three": ThreeSteps,
+    "row": StepsInARow,
+}
+"""The benchmark's workflows by the name a runner process is told (``spec["workflow"]``)."""

@@ -100,6 +100,26 @@ def test_dag_shapes_against_the_state_machine_of_the_same_store_and_processes() 
     assert len(v) == 3  # the slow fan-out's seconds are no rate to judge
 
 
+def test_a_chain_also_against_the_steps_in_a_row_of_its_store_and_processes() -> None:
+    rows = [
+        dag.Row("state machine pg 1p", "pg", 1, "steps", 1000, 1.0),
+        dag.Row("steps in a row pg 1p", "pg", 1, "row", 500, 1.0),
+        dag.Row("dag chain pg 1p", "pg", 1, "chain", 450, 1.0),
+        dag.Row("dag fanout pg 1p", "pg", 1, "fanout", 900, 1.0),
+        dag.Row("dag chain pg 4p", "pg", 4, "chain", 450, 1.0),
+    ]
+    v = {x.target: (x.measured, x.met) for x in targets.dag_verdicts(rows)}
+    assert v == {
+        "DAG chain pg 1p vs a step >= 0.80": ("0.45", False),
+        "DAG chain pg 1p vs a step in a row >= 0.80": ("0.90", True),
+        "DAG fanout pg 1p vs a step >= 0.80": ("0.90", True),
+        "DAG chain pg 4p vs a step >= 0.80": ("not measured", None),  # no baseline at 4p
+    }
+    lines = dag.table(rows, dag.Settings()).splitlines()
+    chain = next(line for line in lines if line.startswith("dag chain pg 1p"))
+    assert chain.split()[6:8] == ["0.45", "0.90"]  # vs step, vs row
+
+
 def test_end_to_end_also_against_raw_sql_that_inserts_each_instance_first() -> None:
     # The reading (the three raw steps alone) stays; beside it, raw SQL doing the
     # same writes as a start and its run, and the table's e2e row names that ratio too.
