@@ -67,12 +67,17 @@ class Reschedule:
     ``in_doubt``: an attempt of ``node`` may have had its effect and no reconcile hook
     call has judged it yet (the hook itself failed). The task keeps its in-flight flag,
     so whoever claims it next asks the hook first; the step never simply runs again.
+
+    ``tell``: other workers are told the task is due (a notification, a nudge). False
+    for a worker that hands its task back to claim next itself, at a streak's end: its
+    claim sees the task, and passes the baton if it takes something else.
     """
 
     node: str
     delay: float
     failures: int
     in_doubt: bool = False
+    tell: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,12 +179,14 @@ def _moved_on(
     *,
     hold: bool = True,
     failures: int = 0,
+    tell: bool = True,
 ) -> Decision:
     """After events that leave the instance at ``target``: start it, cancel, or finish.
 
     With ``hold`` (the common case) the next step's intent is written in the same commit
-    and the runner keeps its lease; without it (the runner is stopping) the step is
-    handed back, due at once, with no intent written.
+    and the runner keeps its lease; without it (the runner is stopping, or the claim has
+    run its streak) the step is handed back, due at once, with no intent written, and
+    other workers told unless ``tell`` is False (:attr:`Reschedule.tell`).
     """
     # Decide on the state *after* this commit's own events: a cancel request folded in by
     # them (or already pending) must win over starting the next step.
@@ -191,7 +198,7 @@ def _moved_on(
     if not hold:
         # No intent without a runner to act on it: STEP_STARTED written now would put
         # the next step in doubt for whoever claims it, though nothing ran.
-        return _decide_after(after, events, [], Reschedule(target, 0.0, 0))
+        return _decide_after(after, events, [], Reschedule(target, 0.0, 0, tell=tell))
     # The next step's intent in the same commit as this step's outcome: the runner keeps
     # its lease and runs on without a claim, and a crash in between leaves it in doubt.
     attempt = after.next_attempt(target)
@@ -216,8 +223,10 @@ def success(
     staged: Mapping[str, Any],
     *,
     hold: bool = True,
+    tell: bool = True,
 ) -> Decision:
-    """The action of ``step`` returned ``result`` having staged ``staged`` progress."""
+    """The action of ``step`` returned ``result`` having staged ``staged`` progress
+    (``hold``, ``tell``: :func:`_moved_on`'s)."""
     targets = spec.step(step).targets
     target = result
     # A step with one declared target may return None; anything else must name a
@@ -247,7 +256,7 @@ def success(
         # deltas, so a replay never depends on what the model looked like back then.
         delta = {k: merged[k] for k in staged}
     completed = NewEvent(Ev.STEP_COMPLETED, step, attempt, {"progress": delta, "to": target})
-    return _moved_on(state, [completed], target, hold=hold)
+    return _moved_on(state, [completed], target, hold=hold, tell=tell)
 
 
 def error_info(step: str, exc: BaseException, cls: ErrorClass) -> dict[str, Any]:

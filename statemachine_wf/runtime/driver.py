@@ -464,11 +464,16 @@ class MachineDriver:
         staged = ctx.staged
         # The next step runs on under this lease, unless the runner is stopping or this
         # claim has run its streak: then it is handed back, due at once, and claimed again
-        # in priority order (by this worker, when nothing outranks it).
+        # in priority order (by this worker, when nothing outranks it). Other workers are
+        # told of it only when this one stops: at a streak's end its own claim comes next.
         d.steps += 1
-        hold = not self._stopping.is_set() and d.steps <= STREAK
+        stopping = self._stopping.is_set()
+        hold = not stopping and d.steps <= STREAK
         decision = self.commit(
-            d, lambda s: decide.success(d.spec, s, step, attempt, result, staged, hold=hold)
+            d,
+            lambda s: decide.success(
+                d.spec, s, step, attempt, result, staged, hold=hold, tell=stopping
+            ),
         )
         observe.mark("completed")
         return isinstance(decision.task, Continue)

@@ -99,6 +99,7 @@ class SqlStore(DagCommits):
                 failures=op.failures,
                 attempt=decision.state.attempts.get(op.node, 0),
                 in_doubt=op.in_doubt,
+                tell=op.tell,
             )
         elif isinstance(op, Park):
             names.append("apply_park")
@@ -207,7 +208,10 @@ class SqlStore(DagCommits):
         # Not after a fused claim: it ran after the finish and saw what it made due, and
         # its `more` passes the baton when anything is left (a wake-up here mostly woke a
         # worker to an empty claim: `python -m bench statements --e2e`).
-        if isinstance(commit.decision.task, Park | Reschedule | Finish) and claim is None:
+        # Nor for a task handed back by a worker that claims next itself (Reschedule.tell).
+        task = commit.decision.task
+        quiet = isinstance(task, Reschedule) and not task.tell
+        if isinstance(task, Park | Reschedule | Finish) and claim is None and not quiet:
             self._made_due()
         return int(row["version"]), claimed
 

@@ -422,7 +422,11 @@ SELECT id, version, (SELECT count(*) FROM live) AS live FROM inst;
     SET node = excluded.node, due_at = excluded.due_at, in_flight = excluded.in_flight,
         failures = excluded.failures, lease_owner = NULL
 )
-SELECT version, pg_notify(%(channel)s, type), (SELECT count(*) FROM live) AS live FROM inst;
+-- Told to every process, unless the committing worker claims next itself (%(tell)s false:
+-- a streak's end, decide.Reschedule.tell).
+SELECT version, CASE WHEN %(tell)s THEN pg_notify(%(channel)s, type) END,
+       (SELECT count(*) FROM live) AS live
+FROM inst;
 
 -- name: apply_finish
 -- Also the tail of a group of finishes (stores/_pggroup.py: after group_head, with no

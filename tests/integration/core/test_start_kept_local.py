@@ -6,10 +6,8 @@ through a store object whose worker sleeps and claims the type, wakes that worke
 notifies nobody; otherwise it notifies as before (docs/architecture.md, "A start kept in
 its process").
 
-What reaches the other processes is read off a LISTEN connection of the test's own: after
-each create the test sends a marker notification on a channel of its own (the store's
-listener would wake a worker for it), and a connection that listens on both receives
-them in commit order, so whatever the create sent arrives before the marker.
+What reaches the other processes is read off a LISTEN connection of the test's own
+(heard.py).
 """
 
 from __future__ import annotations
@@ -21,9 +19,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import ClassVar
 
-import psycopg
 import pytest
-from psycopg import sql
 from pydantic import BaseModel
 
 from statemachine_wf import (
@@ -40,6 +36,7 @@ from statemachine_wf.core.records import Claimant, NewInstance
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.stores.postgres import PostgresStore
 
+from .heard import heard_on
 from .sleepers import Sleeper, until
 
 pytestmark = pytest.mark.postgres
@@ -50,28 +47,8 @@ TYPE = "kept.v1"
 @pytest.fixture
 def heard(pg_store: PostgresStore, pg_dsn: str) -> Iterator[Callable[[], list[str]]]:
     """What the schema's channel carried since the last call (a process of its own)."""
-    listener = psycopg.connect(pg_dsn, autocommit=True)
-    sender = psycopg.connect(pg_dsn, autocommit=True)
-    listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(pg_store.channel)))
-    markers = f"{pg_store.channel}_marker"
-    listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(markers)))
-
-    def drain() -> list[str]:
-        marker = uuid.uuid4().hex
-        sender.execute("SELECT pg_notify(%s, %s)", (markers, marker))
-        payloads: list[str] = []
-        deadline = time.monotonic() + 30
-        for note in listener.notifies(timeout=30):
-            if note.payload == marker:
-                return payloads
-            payloads.append(note.payload)
-            assert time.monotonic() < deadline
-        raise AssertionError("the marker notification never arrived")
-
-    drain()
-    yield drain
-    listener.close()
-    sender.close()
+    with heard_on(pg_store, pg_dsn) as drain:
+        yield drain
 
 
 def _new(**kw: object) -> NewInstance:
