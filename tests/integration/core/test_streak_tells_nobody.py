@@ -1,12 +1,13 @@
-"""PostgreSQL: a worker that hands its task back at a streak's end tells nobody.
+"""A worker that hands its task back at a streak's end tells nobody.
 
 A long loop's claim runs ``STREAK`` steps under its lease, then hands the next step back,
 due at once, and claims in priority order (test_priority_streak.py). That claim is this
 worker's next statement and sees the task, so the hand-back notifies no other process
 (``decide.Reschedule.tell``): each notification woke an idle worker in every runner
 process, and all but one of their claims found nothing (``bench dag --count``, steps in
-a row at four processes: 0.17 empty claims a step before, 0.06 after). A runner that
-stops hands its step back for another runner to take, and that still tells everyone.
+a row at four processes: 0.17 empty claims a step before, 0.06 after); on SQLite it
+nudged an idle worker of its process. A runner that stops hands its step back for
+another runner to take, and that still tells everyone.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from statemachine_wf import COMPLETED, Client, Runner, RunnerOptions, StepContex
 from statemachine_wf.definition.events import Ev
 from statemachine_wf.runtime.operations import STREAK
 from statemachine_wf.stores.postgres import PostgresStore
+from statemachine_wf.stores.sqlite import SQLiteStore
 
 from .heard import heard_on
-
-pytestmark = pytest.mark.postgres
 
 
 class In(BaseModel):
@@ -55,18 +55,23 @@ class Spin(Workflow[In, Pr]):
         return "spin" if done < ctx.input.rounds else COMPLETED
 
 
-@pytest.fixture
-def heard(pg_store: PostgresStore, pg_dsn: str) -> Iterator[Callable[[], list[str]]]:
+@pytest.fixture(autouse=True)
+def fresh_spin() -> None:
     Spin.ran, Spin.hold_at = [], 0
     Spin.inside, Spin.go = threading.Event(), threading.Event()
+
+
+@pytest.fixture
+def heard(pg_store: PostgresStore, pg_dsn: str) -> Iterator[Callable[[], list[str]]]:
     with heard_on(pg_store, pg_dsn) as drain:
         yield drain
 
 
-def _runner(store: PostgresStore) -> Runner:
+def _runner(store: PostgresStore | SQLiteStore) -> Runner:
     return Runner(store, [Spin], options=RunnerOptions(concurrency=1, idle_poll=0.2))
 
 
+@pytest.mark.postgres
 def test_a_loop_past_two_streaks_notifies_nobody(
     pg_store: PostgresStore, heard: Callable[[], list[str]]
 ) -> None:
@@ -89,6 +94,7 @@ def test_a_loop_past_two_streaks_notifies_nobody(
     assert heard() == []
 
 
+@pytest.mark.postgres
 def test_a_stopping_runner_hands_its_step_back_and_tells_everyone(
     pg_store: PostgresStore, heard: Callable[[], list[str]]
 ) -> None:
@@ -111,3 +117,25 @@ def test_a_stopping_runner_hands_its_step_back_and_tells_everyone(
     assert pg_store.next_due(types=[Spin.workflow_type]) == 0  # due at once, unleased
     starts = [e for e in client.history(iid) if e.event_type == Ev.STEP_STARTED]
     assert len(starts) == 3  # round 4 not started: nothing in doubt
+
+
+def test_sqlite_a_loop_past_two_streaks_nudges_no_worker_of_its_process(
+    sqlite_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite has no notification: a commit that may have made a task due nudges an idle
+    # worker of its process (_made_due); its watcher wakes one for another's commits.
+    made_due: list[str] = []
+    monkeypatch.setattr(sqlite_store, "_made_due", lambda: made_due.append("nudge"))
+    rounds = 2 * STREAK + 10
+    client = Client(sqlite_store, [Spin])
+    iid = client.start(Spin, {"rounds": rounds})
+    runner = _runner(sqlite_store)
+    runner.start()
+    try:
+        assert client.wait(iid, timeout=30).status.value == "COMPLETED"
+    finally:
+        runner.stop(timeout=10)
+    assert Spin.ran == list(range(1, rounds + 1))
+    starts = [e for e in client.history(iid) if e.event_type == Ev.STEP_STARTED]
+    assert [e.attempt for e in starts] == list(range(1, rounds + 1))
+    assert made_due == ["nudge"]  # the finish's alone (SQLite's cannot tell if it made work)
