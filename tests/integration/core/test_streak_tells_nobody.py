@@ -67,30 +67,38 @@ def heard(pg_store: PostgresStore, pg_dsn: str) -> Iterator[Callable[[], list[st
         yield drain
 
 
+ROUNDS = 2 * STREAK + 10
+"""Two streaks' ends, and some rounds after."""
+
+
 def _runner(store: PostgresStore | SQLiteStore) -> Runner:
     return Runner(store, [Spin], options=RunnerOptions(concurrency=1, idle_poll=0.2))
+
+
+def _run_to_its_end(store: PostgresStore | SQLiteStore, client: Client, iid: str) -> None:
+    """Run the loop ``iid`` to its end on a runner of one worker: each round once, and
+    each step after a streak's end started by that worker's claim (its own attempt, no
+    ``STEP_STARTED`` written by the hand-back)."""
+    runner = _runner(store)
+    runner.start()
+    try:
+        assert client.wait(iid, timeout=30).status.value == "COMPLETED"
+    finally:
+        runner.stop(timeout=10)
+    assert Spin.ran == list(range(1, ROUNDS + 1))
+    starts = [e for e in client.history(iid) if e.event_type == Ev.STEP_STARTED]
+    assert [e.attempt for e in starts] == list(range(1, ROUNDS + 1))
 
 
 @pytest.mark.postgres
 def test_a_loop_past_two_streaks_notifies_nobody(
     pg_store: PostgresStore, heard: Callable[[], list[str]]
 ) -> None:
-    rounds = 2 * STREAK + 10
     client = Client(pg_store, [Spin])
-    iid = client.start(Spin, {"rounds": rounds})
+    iid = client.start(Spin, {"rounds": ROUNDS})
     assert heard() == [Spin.workflow_type]  # the start: no runner yet, everyone told
-    runner = _runner(pg_store)
-    runner.start()
-    try:
-        assert client.wait(iid, timeout=30).status.value == "COMPLETED"
-    finally:
-        runner.stop(timeout=10)
-    assert Spin.ran == list(range(1, rounds + 1))
-    # Two streaks ended, each step after them claimed again by the same worker: started
-    # by a claim (its own attempt 1, no STEP_STARTED written by the hand-back) ...
-    starts = [e for e in client.history(iid) if e.event_type == Ev.STEP_STARTED]
-    assert [e.attempt for e in starts] == list(range(1, rounds + 1))
-    # ... and no other process was told of either hand-back (nor of anything else).
+    _run_to_its_end(pg_store, client, iid)
+    # No other process was told of either hand-back (nor of anything else).
     assert heard() == []
 
 
@@ -126,16 +134,7 @@ def test_sqlite_a_loop_past_two_streaks_nudges_no_worker_of_its_process(
     # worker of its process (_made_due); its watcher wakes one for another's commits.
     made_due: list[str] = []
     monkeypatch.setattr(sqlite_store, "_made_due", lambda: made_due.append("nudge"))
-    rounds = 2 * STREAK + 10
     client = Client(sqlite_store, [Spin])
-    iid = client.start(Spin, {"rounds": rounds})
-    runner = _runner(sqlite_store)
-    runner.start()
-    try:
-        assert client.wait(iid, timeout=30).status.value == "COMPLETED"
-    finally:
-        runner.stop(timeout=10)
-    assert Spin.ran == list(range(1, rounds + 1))
-    starts = [e for e in client.history(iid) if e.event_type == Ev.STEP_STARTED]
-    assert [e.attempt for e in starts] == list(range(1, rounds + 1))
+    iid = client.start(Spin, {"rounds": ROUNDS})
+    _run_to_its_end(sqlite_store, client, iid)
     assert made_due == ["nudge"]  # the finish's alone (SQLite's cannot tell if it made work)
