@@ -134,8 +134,11 @@ def chain_env(
             settings=settings(address),
             db_url=f"sqlite:///{sqlite_path}",
         )
-    store.close()
+    # The client first: its head watcher's thread may be waking a snoozed step through
+    # the store (wake_instances), and a SQLite connection closed under a thread using it
+    # crashes the interpreter.
     close_http(eth)
+    store.close()
 
 
 def wait_for(condition: Any, *, timeout: float, what: str, interval: float = 0.05) -> None:

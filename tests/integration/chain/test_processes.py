@@ -208,5 +208,5 @@ def test_one_signer_twenty_workflows_two_runner_processes(
     assert_exactly_once(client, eth, events, ids, start)
     workers_seen = {e.worker for i in ids for e in client.history(i) if e.worker}
     assert {w for w in workers_seen if w in ("a", "b")} == {"a", "b"}  # both runners worked
+    close_http(eth)  # before the store: its head watcher may be using it (conftest)
     store.close()
-    close_http(eth)

@@ -106,8 +106,8 @@ def test_two_runner_processes_keep_one_treasury_transaction_in_flight(
     )
     env.assert_paid_once(ids, start)
     assert client.signers() == []  # the slot is free at the end
+    close_http(eth)  # before the store: its head watcher may be using it
     store.close()
-    close_http(eth)
 
 
 def test_the_await_step_is_woken_by_new_blocks_not_by_its_poll(
@@ -165,8 +165,8 @@ def test_the_await_step_is_woken_by_new_blocks_not_by_its_poll(
         db_url="",
     )
     env.assert_paid_once(ids, start)
+    close_http(eth)  # before the store: its head watcher may be using it
     env_store.close()
-    close_http(eth)
 
 
 def test_paid_out_of_band_completes_from_the_event_at_depth_without_a_transaction(
