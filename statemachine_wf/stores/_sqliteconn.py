@@ -95,6 +95,10 @@ def _in_transaction(conn: sqlite3.Connection) -> bool:
         return False
 
 
+def _closed_error() -> StoreError:
+    return StoreError("sqlite: the store is closed")
+
+
 class _Group:
     """The writes sharing one transaction: released together once its COMMIT is durable,
     or all told it failed."""
@@ -140,6 +144,8 @@ class SQLiteConnections(SqlStore):
         self._watch_lock = threading.Lock()
         self._watching = threading.Event()  # set once the watcher read data_version
         self._closed = threading.Event()
+        self._using = threading.Condition()  # guards _reads; close() waits on it
+        self._reads = 0  # reads under way on this process's connections
         self._migrated = False
         self._noting = False  # the write connection notes appended events (_start_live)
         self._live = LiveHub(
@@ -148,6 +154,8 @@ class SQLiteConnections(SqlStore):
 
     # -- connections ------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
+        if self._closed.is_set():  # a closed store opens nothing again
+            raise _closed_error()
         with wrap_errors():
             conn = sqlite3.connect(
                 self.path,
@@ -193,6 +201,10 @@ class SQLiteConnections(SqlStore):
         self._writer.acquire()
         with self._queue:
             self._queued -= 1
+        if self._closed.is_set():
+            self._end_group(conn)
+            self._writer.release()
+            raise _closed_error()
         group, entered, before = self._group, False, dict(self._appended)
         first = group is None
         try:
@@ -286,6 +298,14 @@ class SQLiteConnections(SqlStore):
                 group.done.set()
         return appended if group.error is None else {}
 
+    def _end_group(self, conn: sqlite3.Connection) -> None:
+        """Under the writer lock, with the store closing: COMMIT the group a write left
+        open for a writer queued behind it (its writers wait for that COMMIT)."""
+        group, self._group = self._group, None
+        if group is not None:
+            for instance_id, seq in self._commit(conn, group).items():
+                self._live.publish(instance_id, seq)
+
     def _writing(self) -> sqlite3.Connection:
         """The process's one write connection: every thread's writes run on it, behind
         the writer lock."""
@@ -348,8 +368,20 @@ class SQLiteConnections(SqlStore):
     # -- the primitives of SqlStore ------------------------------------------------------
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
-        with wrap_errors():
-            yield self._conn()
+        # Counted, so that close() closes no connection under a read: Python's sqlite3
+        # takes the interpreter down when a connection closes under a thread inside it.
+        with self._using:
+            if self._closed.is_set():
+                raise _closed_error()
+            self._reads += 1
+        try:
+            with wrap_errors():
+                yield self._conn()
+        finally:
+            with self._using:
+                self._reads -= 1
+                if self._reads == 0:
+                    self._using.notify_all()
 
     def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._write()
@@ -409,14 +441,28 @@ class SQLiteConnections(SqlStore):
             raise NotFound(f"no workflow instance {sub.instance_id!r}")
 
     def close(self) -> None:
+        """Close every connection once no thread is inside one; any call after it raises
+        :class:`StoreError`.
+
+        Reads under way finish and writes under way commit first: close takes the writer
+        lock, after the write holding it (and commits a group that write left open for a
+        writer queued behind it, whose write then finds the store closed). Python's
+        sqlite3 takes the interpreter down when a connection closes under a thread inside
+        it (a head watcher waking instances during a test's teardown did, in CI).
+        """
         self._closed.set()
         if self._watcher is not None:
             self._watcher.join(timeout=2)
             self._watcher = None
-        with self._lock:
-            for conn in self._conns:
-                conn.close()
-            self._conns.clear()
+        with self._using:
+            self._using.wait_for(lambda: self._reads == 0)
+        with self._writer:
+            if self._wconn is not None:
+                self._end_group(self._wconn)
+            with self._lock:
+                for conn in self._conns:
+                    conn.close()
+                self._conns.clear()
         self._writers.close()
         self._local = threading.local()
         self._wconn = None
