@@ -22,9 +22,11 @@ node's. A draining branch that fails with ``fail_workflow`` still fails the inst
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from operator import attrgetter
+from typing import Any, TypeVar
 
 from ..definition.dag_definition import LOOP_HANDLE, DagDefinition, Edge
 from ..definition.dag_models import Graph, check
@@ -97,6 +99,9 @@ class Dispatched:
     via: str
 
 
+_Run = TypeVar("_Run", Completion, Dispatched)
+
+
 @dataclass
 class LogView:
     """An instance's log, indexed for the interpreter."""
@@ -107,9 +112,21 @@ class LogView:
     dispatches: dict[str, list[Dispatched]] = field(default_factory=dict)
     failed: set[tuple[str, int]] = field(default_factory=set)
     tries: dict[str, int] = field(default_factory=dict)
-    variables: list[tuple[str, Any]] = field(default_factory=list)
     timers: dict[tuple[str, int], Timer] = field(default_factory=dict)
     """(node, run) -> the timer its run is waiting on (a delay node's ``NODE_WAITING``)."""
+    # What the interpreter asks of every decision, kept as the log is folded in, so that
+    # its cost does not grow with the log: a loop's 3,000th iteration scanned the loop's
+    # 2,999 completions and dispatches several times, and rebuilt the context from every
+    # completion (bench/README.md, "Session 64"). One entry a node (or variable, or
+    # node and handle), however many runs it has.
+    values: dict[str, Any] = field(default_factory=dict)
+    """Variable -> the output of the latest completion setting it (``context``)."""
+    fired_at: dict[tuple[str, str | None], int] = field(default_factory=dict)
+    """(node, handle) -> the seq of the latest completion of the node with that handle."""
+    loop_starts: dict[str, int] = field(default_factory=dict)
+    """Loop node -> the seq of its latest ``loop`` completion (``scope_start``)."""
+    entered: dict[str, int] = field(default_factory=dict)
+    """Node -> the seq of its latest dispatch ``via="entry"``."""
 
     last_seq: int = 0
     """The highest seq read from the log: :meth:`extend` takes only events after it."""
@@ -182,7 +199,9 @@ class LogView:
                 **self.completions,
                 event.node: list(self.completions.get(event.node, ())),
             },
-            variables=list(self.variables),
+            values=dict(self.values),
+            fired_at=dict(self.fired_at),
+            loop_starts=dict(self.loop_starts),
         )
         # The commit's real seq is not known yet, but only the order of seqs matters to the
         # barrier (fired, scope_start), and any seq above the view's orders the event after
@@ -198,21 +217,27 @@ class LogView:
             return
         if e.event_type == Ev.NODE_COMPLETED:
             p = e.payload
+            handle = p.get("handle")
             self.completions.setdefault(node, []).append(
                 Completion(
                     seq,
                     e.attempt or 0,
-                    p.get("handle"),
+                    handle,
                     p.get("output"),
                     bool(p.get("error", False)),
                     float(p.get("delay") or 0.0),
                 )
             )
-            self.variables.append((str(p.get("var") or node), p.get("output")))
+            self.values[str(p.get("var") or node)] = p.get("output")
+            if seq > self.fired_at.get((node, handle), 0):
+                self.fired_at[(node, handle)] = seq
+            if handle == LOOP_HANDLE and seq > self.loop_starts.get(node, 0):
+                self.loop_starts[node] = seq
         elif e.event_type == Ev.NODE_DISPATCHED:
-            self.dispatches.setdefault(node, []).append(
-                Dispatched(seq, e.attempt or 0, str(e.payload.get("via", "entry")))
-            )
+            via = str(e.payload.get("via", "entry"))
+            self.dispatches.setdefault(node, []).append(Dispatched(seq, e.attempt or 0, via))
+            if via == "entry" and seq > self.entered.get(node, 0):
+                self.entered[node] = seq
         # Only a delay node's NODE_WAITING carries "until"; a parked sub_workflow node's
         # names its child instead and is no timer.
         elif e.event_type == Ev.NODE_WAITING and "until" in e.payload:
@@ -230,10 +255,7 @@ class LogView:
 
     def context(self) -> dict[str, Any]:
         """The fold of the log: the input, then every completed node's output, later wins."""
-        ctx: dict[str, Any] = {"input": self.input}
-        for var, value in self.variables:
-            ctx[var] = value
-        return ctx
+        return {"input": self.input, **self.values}
 
     def run(self, node: str) -> int:
         """The node's current (latest) run; 0 if it was never dispatched."""
@@ -241,10 +263,10 @@ class LogView:
         return ds[-1].run if ds else 0
 
     def dispatch(self, node: str, run: int) -> Dispatched | None:
-        return next((d for d in self.dispatches.get(node, ()) if d.run == run), None)
+        return _of_run(self.dispatches.get(node, ()), run)
 
     def completion(self, node: str, run: int) -> Completion | None:
-        return next((c for c in self.completions.get(node, ()) if c.run == run), None)
+        return _of_run(self.completions.get(node, ()), run)
 
     def settled(self, node: str, run: int) -> bool:
         return self.completion(node, run) is not None or (node, run) in self.failed
@@ -257,14 +279,28 @@ class LogView:
         """Seq of the loop's latest ``loop`` completion: its current iteration's start."""
         if loop is None:
             return 0
-        seqs = [c.seq for c in self.completions.get(loop, ()) if c.handle == LOOP_HANDLE]
-        return seqs[-1] if seqs else 0
+        return self.loop_starts.get(loop, 0)
 
     def fired(self, edge: Edge, since: int) -> bool:
-        return any(
-            c.seq >= since and c.handle == edge.source_handle
-            for c in self.completions.get(edge.source, ())
-        )
+        return self.fired_at.get((edge.source, edge.source_handle), -1) >= since
+
+
+def _of_run(records: Sequence[_Run], run: int) -> _Run | None:
+    """The first of a node's ``records`` (its completions or dispatches, in seq order) of
+    run ``run``, or None. A node's runs are numbered 1, 2, ... in the order they are
+    dispatched, each settled before the next is (``ready``), so the records are in run
+    order: run ``r`` is at ``r - 1`` unless a run left no record (a failed one), a run
+    above the last record's has none, and anything else is a binary search away."""
+    i = run - 1
+    if 0 <= i < len(records) and records[i].run == run and (i == 0 or records[i - 1].run < run):
+        return records[i]
+    if not records or records[-1].run < run:
+        return None  # not completed (dispatched) yet: the question asked most
+    i = bisect_left(records, run, key=_run_of)
+    return records[i] if i < len(records) and records[i].run == run else None
+
+
+_run_of = attrgetter("run")
 
 
 def _since(graph: Graph, view: LogView, edge: Edge) -> int:
@@ -292,7 +328,7 @@ def ready(graph: Graph, view: LogView, node: str) -> str | None:
     # second decides on a view that holds the first one's NODE_DISPATCHED, or loses the
     # CAS and re-reads until it does).
     start = view.scope_start(graph.scope[node])
-    if any(d.via == "entry" and d.seq > start for d in dispatched):
+    if view.entered.get(node, 0) > start:
         return None
     if not entry:
         return None

@@ -21,7 +21,7 @@ def iteration(graph: Graph, view: LogView, node: str, run: int) -> LoopState | N
     dispatched = view.dispatch(node, run)
     if dispatched is None or dispatched.via != "back":
         return LoopState(entry=True, previous=None, result=None)
-    prev = _completion(view, node, run - 1)
+    prev = view.completion(node, run - 1)
     results = {}
     for edge in graph.incoming[node]:
         if graph.is_back(edge):
@@ -32,7 +32,7 @@ def iteration(graph: Graph, view: LogView, node: str, run: int) -> LoopState | N
     if previous is None:
         return LoopState(entry=True, previous=None, result=result)
     start = int(previous.get("start", run - 1))
-    first = previous if start == run - 1 else _output(_completion(view, node, start))
+    first = previous if start == run - 1 else _output(view.completion(node, start))
     items = first.get("items")
     items = items if isinstance(items, list) else None
     gathered = None
@@ -48,14 +48,6 @@ def iteration(graph: Graph, view: LogView, node: str, run: int) -> LoopState | N
             ]
             gathered.append(result)
     return LoopState(entry=False, previous=previous, result=result, items=items, results=gathered)
-
-
-def _completion(view: LogView, node: str, run: int) -> Completion | None:
-    """``view.completion`` with a fast path: a loop's runs are usually its list's order."""
-    done = view.completions.get(node, [])
-    if 0 < run <= len(done) and done[run - 1].run == run:
-        return done[run - 1]
-    return view.completion(node, run)
 
 
 def _output(completion: Completion | None) -> dict[str, Any]:
