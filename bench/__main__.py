@@ -9,6 +9,7 @@ a call beside the raw write's),
 ``python -m bench burst`` (PostgreSQL: a backlog arriving after the runner's plans were
 made), ``python -m bench wave`` (waves of workflows started at once at an idle runner),
 ``python -m bench dagstart`` (what a DAG start costs the producer),
+``python -m bench loop`` (a DAG loop's iteration as the loop grows),
 ``python -m bench writers`` (SQLite: processes queued on the file lock or not) and
 ``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
@@ -196,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     burst.add_argument("--warm", type=int, default=200, help="workflows before the burst")
     burst.add_argument("--sample", type=int, default=1000, help="burst workflows timed")
     burst.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+    loop = sub.add_parser("loop", help="ms a DAG loop iteration, against the loop's length")
+    loop.add_argument("--stores", default="sqlite,pg")
+    loop.add_argument("--iterations", default="250,1000,4000", help="loop lengths")
+    loop.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
     dagstart = sub.add_parser("dagstart", help="ms a DAG start, beside a state machine's")
     dagstart.add_argument("--stores", default="pg,sqlite")
     dagstart.add_argument("--n", type=int, default=300, help="starts of each kind")
@@ -261,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         from . import burst as bu
 
         print(bu.run(args.backlog, args.warm, args.sample, args.dsn))
+        return 0
+    if args.cmd == "loop":
+        from . import loop as lp
+
+        sizes = [int(x) for x in args.iterations.split(",") if x.strip()]
+        for kind in (x.strip() for x in args.stores.split(",") if x.strip()):
+            print(lp.run(kind, sizes, args.dsn))
         return 0
     if args.cmd == "dagstart":
         from . import dagstart as ds_
