@@ -51,3 +51,18 @@ def run_at_once(target: Callable[[Any], None], args: Sequence[Any]) -> list[Base
     for t in workers:
         t.join(timeout=60)
     return errors
+
+
+def in_thread(fn: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``fn`` in a thread of its own, started; the thread and what ``fn`` raised."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors

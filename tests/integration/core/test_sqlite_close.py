@@ -12,12 +12,14 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 
 from statemachine_wf.errors import StoreError
 from statemachine_wf.stores.sqlite import SQLiteStore
+from tests.integration.core.group_threads import in_thread
 
 
 def made(tmp_path: Path) -> SQLiteStore:
@@ -33,42 +35,38 @@ def rows(path: str) -> list[int]:
         return sorted(x for (x,) in other.execute("SELECT x FROM t"))
 
 
-def in_thread(fn: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
-    errors: list[BaseException] = []
+def close_under(
+    store: SQLiteStore,
+    enter: Callable[[], AbstractContextManager[sqlite3.Connection]],
+    then: Callable[[sqlite3.Connection], object],
+) -> None:
+    """A thread enters the store (``enter``: a read or a write) and, once the store is
+    closing, does ``then`` there: close must not return before it has left, and neither
+    may fail."""
+    inside, go_on = threading.Event(), threading.Event()
 
-    def run() -> None:
-        try:
-            fn()
-        except BaseException as exc:
-            errors.append(exc)
+    def use() -> None:
+        with enter() as conn:
+            inside.set()
+            assert go_on.wait(10)
+            then(conn)
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, errors
+    user, use_errors = in_thread(use)
+    assert inside.wait(10)
+    closer, close_errors = in_thread(store.close)
+    time.sleep(0.2)
+    assert closer.is_alive(), "close returned under a thread inside the store"
+    go_on.set()
+    for thread in (user, closer):
+        thread.join(10)
+        assert not thread.is_alive()
+    assert use_errors == []
+    assert close_errors == []
 
 
 def test_close_waits_for_a_write_under_way_and_refuses_every_call_after(tmp_path: Path) -> None:
     store = made(tmp_path)
-    inside, go_on = threading.Event(), threading.Event()
-
-    def write() -> None:
-        with store._write() as conn:
-            conn.execute("INSERT INTO t VALUES (1)")
-            inside.set()
-            assert go_on.wait(10)
-
-    writer, write_errors = in_thread(write)
-    assert inside.wait(10)
-    closer, close_errors = in_thread(store.close)
-    time.sleep(0.2)
-    assert closer.is_alive(), "close returned under a write"
-    go_on.set()
-    writer.join(10)
-    closer.join(10)
-    assert not writer.is_alive()
-    assert not closer.is_alive()
-    assert write_errors == []
-    assert close_errors == []
+    close_under(store, store._write, lambda conn: conn.execute("INSERT INTO t VALUES (1)"))
     assert rows(store.path) == [1]  # the write under way committed
 
     with pytest.raises(StoreError, match="store is closed"), store._write() as conn:
@@ -81,27 +79,12 @@ def test_close_waits_for_a_write_under_way_and_refuses_every_call_after(tmp_path
 
 def test_close_waits_for_a_read_under_way(tmp_path: Path) -> None:
     store = made(tmp_path)
-    inside, go_on = threading.Event(), threading.Event()
     seen: list[int] = []
-
-    def read() -> None:
-        with store._reading() as conn:
-            inside.set()
-            assert go_on.wait(10)
-            seen.append(conn.execute("SELECT count(*) FROM t").fetchone()[0])
-
-    reader, read_errors = in_thread(read)
-    assert inside.wait(10)
-    closer, close_errors = in_thread(store.close)
-    time.sleep(0.2)
-    assert closer.is_alive(), "close returned under a read"
-    go_on.set()
-    reader.join(10)
-    closer.join(10)
-    assert not reader.is_alive()
-    assert not closer.is_alive()
-    assert read_errors == []
-    assert close_errors == []
+    close_under(
+        store,
+        store._reading,
+        lambda conn: seen.append(conn.execute("SELECT count(*) FROM t").fetchone()[0]),
+    )
     assert seen == [0]
 
 

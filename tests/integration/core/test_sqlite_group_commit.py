@@ -14,6 +14,7 @@ import pytest
 
 from statemachine_wf.errors import StoreError
 from statemachine_wf.stores.sqlite import SQLiteStore
+from tests.integration.core.group_threads import in_thread
 
 
 @pytest.fixture
@@ -46,20 +47,6 @@ def queued(store: SQLiteStore, n: int) -> None:
     while store._queued < n:  # the others are waiting for the writer lock
         assert time.monotonic() < deadline, f"{store._queued} of {n} writers queued"
         time.sleep(0.001)
-
-
-def in_thread(fn: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            fn()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, errors
 
 
 def test_queued_writes_share_one_commit_and_a_failed_one_is_undone_alone(
