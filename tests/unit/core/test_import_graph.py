@@ -51,6 +51,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "core.decide",
         "core.waits",
         "core.audit",
+        "core.dag_view",
         "core.dag_interpret",
         "core.dag_vouch",
         "core.dag_group",
