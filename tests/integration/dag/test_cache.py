@@ -282,17 +282,17 @@ def _tried_elsewhere(
 def test_the_instances_of_one_definition_share_one_parsed_graph(
     store: Store, monkeypatch: Any
 ) -> None:
-    from statemachine_wf.core import dag_interpret
+    from statemachine_wf.core import dag_view
     from statemachine_wf.runtime import dag_cache
 
     parses: list[str] = []
-    real_check = dag_interpret.check  # type: ignore[attr-defined]  # its import, patched below
+    real_check = dag_view.check  # type: ignore[attr-defined]  # its import, patched below
 
     def counting(definition: Any) -> Any:
         parses.append(definition.name)
         return real_check(definition)
 
-    monkeypatch.setattr(dag_interpret, "check", counting)  # what LogView.graph parses with
+    monkeypatch.setattr(dag_view, "check", counting)  # what LogView.graph parses with
     client = DagClient(store)
     # Two instances of one definition (their inputs differ), and two definitions of one
     # name and shape whose join differs: the definition's content decides.
@@ -329,18 +329,18 @@ def test_threads_reading_one_definition_together_parse_it_once(
     import threading
     import time
 
-    from statemachine_wf.core import dag_interpret
+    from statemachine_wf.core import dag_view
     from statemachine_wf.runtime import dag_cache
 
     parses: list[str] = []
-    real_check = dag_interpret.check  # type: ignore[attr-defined]  # its import, patched below
+    real_check = dag_view.check  # type: ignore[attr-defined]  # its import, patched below
 
     def slow(definition: Any) -> Any:
         parses.append(definition.name)
         time.sleep(0.2)  # the others arrive while this one parses
         return real_check(definition)
 
-    monkeypatch.setattr(dag_interpret, "check", slow)
+    monkeypatch.setattr(dag_view, "check", slow)
     client = DagClient(store)
     ids = [client.start(h.linear(3), {"x": n}) for n in range(4)]
     cache = dag_cache.DagCache(store)
@@ -367,10 +367,10 @@ def test_threads_reading_one_definition_together_parse_it_once(
 def test_a_parse_that_fails_is_tried_again_by_the_next_reader(
     store: Store, monkeypatch: Any
 ) -> None:
-    from statemachine_wf.core import dag_interpret
+    from statemachine_wf.core import dag_view
     from statemachine_wf.runtime import dag_cache
 
-    real_check = dag_interpret.check  # type: ignore[attr-defined]  # its import, patched below
+    real_check = dag_view.check  # type: ignore[attr-defined]  # its import, patched below
     calls: list[str] = []
 
     def failing_once(definition: Any) -> Any:
@@ -379,7 +379,7 @@ def test_a_parse_that_fails_is_tried_again_by_the_next_reader(
             raise RuntimeError("parse failed")
         return real_check(definition)
 
-    monkeypatch.setattr(dag_interpret, "check", failing_once)
+    monkeypatch.setattr(dag_view, "check", failing_once)
     iid = DagClient(store).start(h.linear(2), {})
     cache = dag_cache.DagCache(store)
     entry = cache.entry(iid)
