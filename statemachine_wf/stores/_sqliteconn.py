@@ -271,7 +271,11 @@ class SQLiteConnections(SqlStore):
                 appended = self._commit(conn, group)
         finally:
             self._writer.release()
-        for instance_id, seq in appended.items():  # live watchers, once it is durable
+        self._publish(appended)
+
+    def _publish(self, appended: dict[str, int]) -> None:
+        """Tell live watchers of a group's events, once its COMMIT is durable."""
+        for instance_id, seq in appended.items():
             self._live.publish(instance_id, seq)
 
     def _commit(self, conn: sqlite3.Connection, group: _Group) -> dict[str, int]:
@@ -303,8 +307,7 @@ class SQLiteConnections(SqlStore):
         open for a writer queued behind it (its writers wait for that COMMIT)."""
         group, self._group = self._group, None
         if group is not None:
-            for instance_id, seq in self._commit(conn, group).items():
-                self._live.publish(instance_id, seq)
+            self._publish(self._commit(conn, group))
 
     def _writing(self) -> sqlite3.Connection:
         """The process's one write connection: every thread's writes run on it, behind
@@ -464,8 +467,6 @@ class SQLiteConnections(SqlStore):
                     conn.close()
                 self._conns.clear()
         self._writers.close()
-        self._local = threading.local()
-        self._wconn = None
         self._noting = False  # the trigger went with the connection
 
     def _watch(self) -> None:
