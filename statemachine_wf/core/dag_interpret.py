@@ -33,6 +33,7 @@ from .dag_view import Completion as Completion
 from .dag_view import Dispatched as Dispatched
 from .dag_view import LogView as LogView
 from .dag_view import Timer as Timer
+from .evolve import evolve
 from .fold import Projection
 
 
@@ -180,7 +181,7 @@ def node_finished(
     )
     if decision is None:  # cannot happen: not terminal, and the node's task is open
         raise RuntimeError(f"{node} run {run} completed, and no decision followed")
-    return replace(decision, events=(event, *decision.events))
+    return evolve(decision, events=(event, *decision.events))
 
 
 def open_after(open_slots: Iterable[str], decision: DagDecision) -> tuple[str, ...]:
@@ -231,7 +232,7 @@ def hand_off(decision: DagDecision) -> DagDecision | None:
     # What dag_claim would write for the task: its try is the attempt dag_tail gives the
     # leased row (attempt + 1), and a task just inserted has no failures yet.
     started = NewEvent(Ev.NODE_STARTED, task.node, task.attempt + 1, {"failures": 0})
-    return replace(decision, events=(*decision.events, started))
+    return evolve(decision, events=(*decision.events, started))
 
 
 def completed(

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, TypeVar
 
 from ..definition.dag_definition import LOOP_HANDLE, DagDefinition, Edge
 from ..definition.dag_models import Graph, check
 from ..definition.events import Ev, EventRecord, NewEvent
+from .evolve import evolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +137,7 @@ class LogView:
         """
         if event.event_type != Ev.NODE_COMPLETED or event.node is None:
             raise ValueError(f"with_completion takes a NODE_COMPLETED of a node, not {event!r}")
-        copy = replace(
+        copy = evolve(
             self,
             completions={
                 **self.completions,

@@ -28,11 +28,11 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import replace
 
 from ..core import dag_interpret as interpret
 from ..core.dag_interpret import DagDecision, LogView
 from ..core.dag_vouch import blockers
+from ..core.evolve import evolve
 from ..core.store import Claim, DagApplied, DagSnapshot, InstanceRecord, Store
 from ..definition.dag_models import Graph
 
@@ -206,7 +206,7 @@ class DagCache:
         status, the node tasks it deleted and added. Call with ``entry.lock``. The
         instance as the commit left it (one copy of the row a node: it took 14 µs)."""
         status = decided.status or state.instance.status
-        instance = replace(state.instance, version=applied.version, status=status)
+        instance = evolve(state.instance, version=applied.version, status=status)
         if entry.view is None:
             return instance
         entry.view.committed(decided.events, applied.seqs)

@@ -55,7 +55,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -63,6 +62,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from ..core import dag_interpret as interpret
 from ..core.dag_interpret import DagDecision, LogView, NodeOutcome, TaskRetry
 from ..core.dag_vouch import blockers
+from ..core.evolve import evolve
 from ..core.store import Claim, DagCommit, DagSnapshot, Store
 from ..definition.dag_models import Graph
 from ..definition.events import Ev, NewEvent, Status
@@ -578,7 +578,7 @@ class DagExecutor:
                 # behind it, and the next read folds in the tail, this commit's own
                 # events with it, in order.
                 entry.behind = entry.state is not None
-                instance = replace(state.instance, version=applied.version)
+                instance = evolve(state.instance, version=applied.version)
             else:
                 instance = self._cache.fold(entry, state, decided, applied)
             if applied.task is not None and taken is not None:

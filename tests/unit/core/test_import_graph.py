@@ -46,6 +46,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     ),
     # Pure: no I/O, no clock, no randomness (checked below); `now` is passed in.
     "core": (
+        "core.evolve",
         "core.progress",
         "core.fold",
         "core.decide",
