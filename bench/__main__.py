@@ -10,6 +10,7 @@ a call beside the raw write's),
 made), ``python -m bench wave`` (waves of workflows started at once at an idle runner),
 ``python -m bench dagstart`` (what a DAG start costs the producer),
 ``python -m bench loop`` (a DAG loop's iteration as the loop grows),
+``python -m bench instructions`` (instructions a loop iteration and a step, under valgrind),
 ``python -m bench writers`` (SQLite: processes queued on the file lock or not) and
 ``python -m bench authoring [FILE ...]`` (lines of workflow code)."""
 
@@ -201,6 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     loop.add_argument("--stores", default="sqlite,pg")
     loop.add_argument("--iterations", default="250,1000,4000", help="loop lengths")
     loop.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
+    instr = sub.add_parser(
+        "instructions", help="instructions a DAG loop iteration and a step (valgrind)"
+    )
+    instr.add_argument("--workloads", default="loop,steps", help="loop, steps")
+    instr.add_argument("--stores", default="sqlite,pg")
+    instr.add_argument("--repeat", type=int, default=2, help="runs of each (their spread)")
+    instr.add_argument("--dsn", default="", help="PostgreSQL DSN (default $SWF_TEST_PG_DSN)")
     dagstart = sub.add_parser("dagstart", help="ms a DAG start, beside a state machine's")
     dagstart.add_argument("--stores", default="pg,sqlite")
     dagstart.add_argument("--n", type=int, default=300, help="starts of each kind")
@@ -273,6 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [int(x) for x in args.iterations.split(",") if x.strip()]
         for kind in (x.strip() for x in args.stores.split(",") if x.strip()):
             print(lp.run(kind, sizes, args.dsn))
+        return 0
+    if args.cmd == "instructions":
+        from . import instructions as ins
+
+        split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+        print(ins.run(split(args.workloads), split(args.stores), args.repeat, args.dsn))
         return 0
     if args.cmd == "dagstart":
         from . import dagstart as ds_
