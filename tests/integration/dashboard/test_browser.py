@@ -23,7 +23,11 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -143,11 +147,31 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
             os.kill(proc.pid, signal.SIGKILL)
 
 
+def _stale(exc: WebDriverException) -> WebDriverException:
+    """A read of an element of the page the browser has just left is stale, however the
+    driver words it: chromedriver sometimes answers "unknown error: unhandled inspector
+    error: Node with given id does not belong to the document" (seen in CI, reading the
+    header while the sign-in's redirect loaded), which the waits would not look past."""
+    if "does not belong to the document" in str(exc):
+        return StaleElementReferenceException(exc.msg)
+    return exc
+
+
 def _class_of(element: WebElement) -> str:
     """Its ``class`` attribute (``get_attribute`` is typed ``str | None``)."""
-    value = element.get_attribute("class")
+    try:
+        value = element.get_attribute("class")
+    except WebDriverException as exc:
+        raise _stale(exc) from exc
     assert value is not None
     return value
+
+
+def _text(element: WebElement) -> str:
+    try:
+        return element.text
+    except WebDriverException as exc:
+        raise _stale(exc) from exc
 
 
 def _shot(browser: webdriver.Chrome, name: str) -> None:
@@ -161,7 +185,7 @@ def _sign_in(browser: webdriver.Chrome, base: str) -> None:
     browser.find_element(By.ID, "token").send_keys(TOKEN)
     browser.find_element(By.ID, "login").click()
     WebDriverWait(browser, 10, ignored_exceptions=PAGE_CHANGING).until(
-        lambda b: "operator" in b.find_element(By.TAG_NAME, "header").text
+        lambda b: "operator" in _text(b.find_element(By.TAG_NAME, "header"))
     )
 
 
@@ -207,7 +231,7 @@ def test_pages_load_and_the_dag_page_updates_while_a_runner_works(
             lambda d: "completed" in _class_of(d.find_element(By.CSS_SELECTOR, node))
         )
         WebDriverWait(browser, 20, ignored_exceptions=PAGE_CHANGING).until(
-            lambda d: d.find_element(By.ID, "status").text == "COMPLETED"
+            lambda d: _text(d.find_element(By.ID, "status")) == "COMPLETED"
         )
         _shot(browser, "dag-completed")
     finally:
@@ -244,6 +268,6 @@ def test_an_action_on_the_page_changes_the_instance_and_none_without_the_token(
     assert client.get(iid).status == Status.PENDING  # nothing until confirmed
     browser.find_element(By.ID, "confirm-ok").click()
     WebDriverWait(browser, 10, ignored_exceptions=PAGE_CHANGING).until(
-        lambda d: d.find_element(By.ID, "status").text == "CANCELLED"
+        lambda d: _text(d.find_element(By.ID, "status")) == "CANCELLED"
     )
     assert client.get(iid).status == Status.CANCELLED
